@@ -1,0 +1,19 @@
+# Warning flags and sanitizers shared by every loom target.
+set(LOOM_C_WARNINGS -Wall -Wextra -Wshadow=local -Wno-unused-parameter)
+if(LOOM_WERROR)
+  list(APPEND LOOM_C_WARNINGS -Werror)
+endif()
+
+set(LOOM_SAN_FLAGS "")
+if(LOOM_SANITIZE)
+  set(LOOM_SAN_FLAGS -fsanitize=${LOOM_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+endif()
+
+# loom_target_defaults(target): warnings + sanitizers for a C target.
+function(loom_target_defaults tgt)
+  target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:C>:${LOOM_C_WARNINGS}>)
+  if(LOOM_SAN_FLAGS)
+    target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:C>:${LOOM_SAN_FLAGS}>)
+    target_link_options(${tgt} PRIVATE ${LOOM_SAN_FLAGS})
+  endif()
+endfunction()

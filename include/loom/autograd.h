@@ -1,0 +1,38 @@
+/* autograd.h — reverse-mode automatic differentiation.
+ *
+ * Ops on tensors that require grad are recorded (each result points at the
+ * node that made it; nodes are numbered in the order they were recorded, so
+ * the graph is also a tape). loom_backward(loss) walks it in reverse order,
+ * accumulates into each leaf's .grad, fires the leaf's grad-ready hook as
+ * soon as that leaf's gradient is complete, and frees each node's saved
+ * tensors as soon as the node has run.
+ *
+ * Threads: grad mode is per thread; a graph belongs to the thread that
+ * recorded it. */
+#ifndef LOOM_AUTOGRAD_H
+#define LOOM_AUTOGRAD_H
+
+#include "tensor.h"
+
+LOOM_EXTERN_C_BEGIN
+
+/* Backpropagate from a scalar (one-element) loss with d(loss) = 1. */
+LOOM_API loom_status loom_backward(loom_tensor *loss);
+/* Backpropagate with an explicit output gradient of the same shape. */
+LOOM_API loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out);
+/* Drop t's accumulated gradient (the next backward allocates a fresh one). */
+LOOM_API loom_status loom_zero_grad(loom_tensor *t);
+
+/* Grad mode for this thread. Returns the previous mode. */
+LOOM_API bool loom_set_grad_enabled(bool enabled);
+LOOM_API bool loom_is_grad_enabled(void);
+/* Convenience: no_grad_begin returns the previous mode for no_grad_end. */
+static inline bool loom_no_grad_begin(void) { return loom_set_grad_enabled(false); }
+static inline void loom_no_grad_end(bool prev) { loom_set_grad_enabled(prev); }
+
+/* Called once per backward when the gradient of leaf t is complete. */
+typedef void (*loom_grad_hook)(loom_tensor *t, loom_tensor *grad, void *user);
+LOOM_API loom_status loom_set_grad_hook(loom_tensor *t, loom_grad_hook hook, void *user);
+
+LOOM_EXTERN_C_END
+#endif

@@ -1,0 +1,60 @@
+/* nn.h — layers and models.
+ *
+ * A loom_module is an opaque layer with parameters (leaf tensors that
+ * require grad, owned by the module) and a forward function. Sequential
+ * containers own their children. loom_sequential_add fuses a Linear followed
+ * by a ReLU into one fused linear+ReLU op automatically.
+ *
+ * Initialization draws from the global generator (loom_manual_seed), so a
+ * seed gives the same model on every device.
+ *
+ * Threads: a module may be used by one thread at a time. */
+#ifndef LOOM_NN_H
+#define LOOM_NN_H
+
+#include "tensor.h"
+#include "ops.h"
+
+LOOM_EXTERN_C_BEGIN
+
+typedef struct loom_module loom_module;
+
+/* Append-only. */
+typedef enum loom_init {
+  LOOM_INIT_DEFAULT = 0,         /* PyTorch's Linear default: U(±1/sqrt(fan_in)) */
+  LOOM_INIT_KAIMING_UNIFORM = 1, /* U(±sqrt(6/fan_in)), for ReLU layers */
+  LOOM_INIT_KAIMING_NORMAL = 2,  /* N(0, 2/fan_in) */
+  LOOM_INIT_XAVIER_UNIFORM = 3,  /* U(±sqrt(6/(fan_in+fan_out))) */
+  LOOM_INIT_XAVIER_NORMAL = 4,   /* N(0, 2/(fan_in+fan_out)) */
+} loom_init;
+
+/* In-place initializers (no autograd is recorded). */
+LOOM_API loom_status loom_init_(loom_tensor *t, loom_init kind, int64_t fan_in, int64_t fan_out);
+
+/* Linear: y = x · wᵀ + b, w [out, in], b [out]. Weights use init. */
+LOOM_API loom_module *loom_linear_new(int64_t in_features, int64_t out_features, bool bias,
+                                      loom_init init, loom_device dev);
+/* Switch a Linear's activation (what Sequential does when a ReLU follows). */
+LOOM_API loom_status loom_linear_set_activation(loom_module *linear, loom_activation act);
+LOOM_API loom_module *loom_relu_new(void);
+LOOM_API loom_module *loom_sequential_new(void);
+/* Append child (the container takes ownership, also on failure). A ReLU
+ * appended right after a Linear is fused into it. */
+LOOM_API loom_status loom_sequential_add(loom_module *seq, loom_module *child);
+/* in -> hidden[0] -> ... -> hidden[n-1] -> out, ReLU between (fused). */
+LOOM_API loom_module *loom_mlp_new(int64_t in_features, int n_hidden, const int64_t *hidden,
+                                   int64_t out_features, loom_device dev);
+
+LOOM_API loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x);
+/* "Linear(784, 1024, relu)", "Sequential[3]", ... */
+LOOM_API const char *loom_module_name(const loom_module *m);
+LOOM_API int loom_module_num_children(const loom_module *m);
+LOOM_API loom_module *loom_module_child(const loom_module *m, int i);  /* borrowed */
+/* All parameters, depth first (borrowed, owned by the module). */
+LOOM_API int loom_module_num_params(const loom_module *m);
+LOOM_API loom_tensor *loom_module_param(const loom_module *m, int i);
+LOOM_API int64_t loom_module_num_param_elements(const loom_module *m);
+LOOM_API void loom_module_free(loom_module *m);
+
+LOOM_EXTERN_C_END
+#endif

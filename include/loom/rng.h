@@ -1,0 +1,38 @@
+/* rng.h — counter-based random numbers (Philox4x32-10).
+ *
+ * The same (seed, offset) yields the same numbers on every device and with
+ * any number of threads: element i of a fill at `offset` is computed from
+ * counter block offset + i/4, lane i%4. A generator is a (seed, offset) pair;
+ * each fill advances offset by ceil(n/4).
+ *
+ * uniform: u = ((x >> 8) + 0.5) * 2^-24, in (0, 1) — never 0 or 1.
+ * normal: Box–Muller on lanes (0,1) and (2,3) of the same block:
+ *   r = sqrt(-2 ln u_a), z_a = r cos(2 pi u_b), z_b = r sin(2 pi u_b).
+ *
+ * loom_philox4x32_10 and the fill functions are thread-safe; the global
+ * generator (loom_manual_seed / loom_rng_global_*) is guarded by a mutex. */
+#ifndef LOOM_RNG_H
+#define LOOM_RNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "export.h"
+
+LOOM_EXTERN_C_BEGIN
+
+/* One Philox4x32-10 block: out = philox(ctr, key). */
+LOOM_API void loom_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* Fill out[0..n) with U(lo, hi) / N(mean, std) for (seed, offset). */
+LOOM_API void loom_rng_fill_uniform(uint64_t seed, uint64_t offset, float *out, size_t n,
+                                    float lo, float hi);
+LOOM_API void loom_rng_fill_normal(uint64_t seed, uint64_t offset, float *out, size_t n,
+                                   float mean, float std);
+
+/* The process-wide default generator used by loom_rand / loom_randn / init. */
+LOOM_API void loom_manual_seed(uint64_t seed);
+/* Reserve ceil(n/4) counter blocks: returns the seed and the offset to use. */
+LOOM_API void loom_rng_global_reserve(size_t n, uint64_t *seed, uint64_t *offset);
+
+LOOM_EXTERN_C_END
+#endif

@@ -1,0 +1,22 @@
+/* alloc.h (internal) — the one per-device allocation interface that tensor
+ * storage, workspaces and the data loader use. Behind it sits the caching
+ * allocator (lib/alloc); callers never talk to a provider directly.
+ *
+ * Thread-safe. */
+#ifndef LOOM_ALLOC_ALLOC_H
+#define LOOM_ALLOC_ALLOC_H
+
+#include <stddef.h>
+#include "loom/device.h"
+
+/* Allocate nbytes on dev for use on stream (NULL = the device's current
+ * stream). nbytes == 0 yields a valid unique pointer. Errors: LOOM_ERR_OOM
+ * with a message, LOOM_ERR_DEVICE. Memory is 64-byte aligned at least. */
+loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *stream, void **out);
+/* Return memory obtained from loom_alloc_malloc (NULL is a no-op). */
+void loom_alloc_free(loom_device dev, void *ptr);
+/* Page-locked host memory for H2D staging (plain host memory without CUDA). */
+loom_status loom_alloc_pinned_malloc(size_t nbytes, void **out);
+void loom_alloc_pinned_free(void *ptr);
+
+#endif
