@@ -1,0 +1,63 @@
+/* tensor_internal.h (internal) — the tensor and storage structs, and helpers
+ * shared by tensor/, ops/, autograd/, nn/, optim/, amp/ and data/. */
+#ifndef LOOM_TENSOR_INTERNAL_H
+#define LOOM_TENSOR_INTERNAL_H
+
+#include <stdatomic.h>
+#include "loom/tensor.h"
+#include "core/error.h"
+
+struct loom_node;
+
+typedef void (*loom_storage_release_fn)(void *data, void *ctx);
+
+typedef struct loom_storage {
+  atomic_int refcount;
+  loom_device device;
+  void *data;
+  size_t nbytes;
+  loom_storage_release_fn release;  /* NULL: memory came from loom_alloc_malloc */
+  void *release_ctx;
+} loom_storage;
+
+struct loom_tensor {
+  atomic_int refcount;
+  loom_storage *storage;
+  int64_t offset;                 /* in elements */
+  loom_dtype dtype;
+  int ndim;
+  int64_t shape[LOOM_MAX_DIMS];
+  int64_t strides[LOOM_MAX_DIMS]; /* in elements */
+  /* autograd */
+  bool requires_grad;
+  struct loom_tensor *grad;       /* owned */
+  struct loom_node *grad_fn;      /* owned reference */
+  void (*hook)(loom_tensor *t, loom_tensor *grad, void *user); /* grad-ready hook */
+  void *hook_user;
+  void *user_tag;                 /* free for subsystems (e.g. amp low-precision copy) */
+};
+
+/* Wrap memory loom does not own (zero copy). release(data, ctx) is called
+ * when the last tensor viewing it dies (NULL: never). Follows the ownership
+ * rule (belongs to the open scope if any). */
+loom_tensor *loom_tensor_wrap(void *data, size_t nbytes, loom_device dev, int ndim, const int64_t *shape,
+                              loom_dtype dt, loom_storage_release_fn release, void *ctx);
+
+/* A new tensor header (retained storage) with the given geometry; does not
+ * join a scope (the caller decides via loom_tensor_adopt). */
+loom_tensor *loom_tensor_new_header(loom_storage *st, int64_t offset, loom_dtype dt, int ndim,
+                                    const int64_t *shape, const int64_t *strides);
+/* Hand a freshly created tensor (refcount 1) to the ownership rule: the open
+ * scope takes it, or the caller keeps it. Returns t. */
+loom_tensor *loom_tensor_adopt(loom_tensor *t);
+/* Allocate uninitialized contiguous storage + header, not yet adopted. */
+loom_tensor *loom_tensor_alloc_raw(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);
+
+static inline void *loom_tensor_ptr(const loom_tensor *t) {
+  return (char *)t->storage->data + t->offset * (int64_t)loom_dtype_size(t->dtype);
+}
+
+int64_t loom_shape_numel(int ndim, const int64_t *shape);
+void loom_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+#endif
