@@ -1,0 +1,597 @@
+/* test_loader.c — the prefetching loader at the buffer level: identical
+ * batches for any workers/prefetch, exactly-once epochs (with drop_last and
+ * sharding), transforms, worker errors reaching the consumer without a hang,
+ * teardown mid-epoch (run it under ASan and TSan), batches released from
+ * other threads and after the loader is gone, metrics and option checks. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/data.h"
+#include "data/data_internal.h"
+
+/* ---- fixtures ------------------------------------------------------------------ */
+enum { C = 3, H = 8, W = 8, PIX = C * H * W };
+
+/* n u8 images whose pixels encode their index, labels i % 10. */
+static loom_dataset *image_ds(int64_t n) {
+  unsigned char *x = malloc((size_t)n * PIX);
+  unsigned char *y = malloc((size_t)n);
+  cr_assert(x && y);
+  for (int64_t i = 0; i < n; i++) {
+    for (int k = 0; k < PIX; k++) x[i * PIX + k] = (unsigned char)(i * 13 + k * 7 + 1);
+    y[i] = (unsigned char)(i % 10);
+  }
+  const int64_t shape[3] = {C, H, W};
+  loom_dataset *ds = loom_dataset_memory(x, LOOM_U8, 3, shape, y, LOOM_U8, n, true);
+  free(x);
+  free(y);
+  cr_assert_not_null(ds, "%s", loom_last_error());
+  return ds;
+}
+
+/* n samples whose single i32 element is the sample index: to count samples. */
+static loom_dataset *index_ds(int64_t n) {
+  int32_t *x = malloc(sizeof(int32_t) * (size_t)n);
+  int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) { x[i] = (int32_t)i; y[i] = (int32_t)(i * 2); }
+  const int64_t shape[1] = {1};
+  loom_dataset *ds = loom_dataset_memory(x, LOOM_I32, 1, shape, y, LOOM_I32, n, true);
+  free(x);
+  free(y);
+  cr_assert_not_null(ds, "%s", loom_last_error());
+  return ds;
+}
+
+static const float k_mean[3] = {0.5f, 0.4f, 0.3f};
+static const float k_std[3] = {0.25f, 0.2f, 0.5f};
+
+static loom_loader_options aug_options(int workers, int prefetch) {
+  loom_loader_options o = loom_loader_options_default();
+  o.batch_size = 10;
+  o.shuffle = true;
+  o.seed = 1234;
+  o.workers = workers;
+  o.prefetch = prefetch;
+  o.crop_padding = 2;
+  o.hflip = true;
+  o.scale = 1.0f / 255.0f;
+  o.mean = k_mean;
+  o.std = k_std;
+  o.norm_channels = 3;
+  return o;
+}
+
+/* Everything delivered over `epochs` epochs, flattened: per batch its n, x
+ * bytes and y bytes, so runs can be compared with memcmp. */
+typedef struct run {
+  unsigned char *bytes;
+  size_t len, cap;
+  int batches;
+} run;
+
+static void run_put(run *r, const void *p, size_t n) {
+  if (r->len + n > r->cap) {
+    r->cap = (r->len + n) * 2;
+    r->bytes = realloc(r->bytes, r->cap);
+    cr_assert_not_null(r->bytes);
+  }
+  memcpy(r->bytes + r->len, p, n);
+  r->len += n;
+}
+
+static run collect(loom_dataset *ds, const loom_loader_options *o, int epochs, size_t xs, size_t ys) {
+  run r = {0};
+  loom_loader *l = loom_loader_new(ds, o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  for (int e = 0; e < epochs; e++) {
+    cr_assert_eq(loom_loader_epoch(l), e);
+    for (;;) {
+      loom_raw_batch b;
+      cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK, "%s", loom_last_error());
+      if (b.n == 0) break;
+      run_put(&r, &b.n, sizeof b.n);
+      run_put(&r, b.x, (size_t)b.n * xs);
+      run_put(&r, b.y, (size_t)b.n * ys);
+      r.batches++;
+      loom_loader_release_raw(b.buf);
+    }
+  }
+  loom_loader_free(l);
+  return r;
+}
+
+/* ---- determinism ----------------------------------------------------------------- */
+Test(loader, same_batches_for_any_workers_and_prefetch, .timeout = 120) {
+  loom_dataset *ds = image_ds(103);
+  loom_loader_options o = aug_options(0, 1);
+  run ref = collect(ds, &o, 2, PIX * sizeof(float), sizeof(int64_t));
+  cr_assert_eq(ref.batches, 2 * 11);
+  const int workers[] = {1, 2, 8};
+  for (int wi = 0; wi < 3; wi++)
+    for (int p = 1; p <= 8; p++) {
+      o = aug_options(workers[wi], p);
+      run r = collect(ds, &o, 2, PIX * sizeof(float), sizeof(int64_t));
+      cr_assert_eq(r.len, ref.len, "workers %d prefetch %d", workers[wi], p);
+      cr_assert_eq(memcmp(r.bytes, ref.bytes, r.len), 0, "workers %d prefetch %d: batches differ", workers[wi], p);
+      free(r.bytes);
+    }
+  /* And the seed matters. */
+  o = aug_options(2, 2);
+  o.seed = 99;
+  run other = collect(ds, &o, 2, PIX * sizeof(float), sizeof(int64_t));
+  cr_assert_eq(other.len, ref.len);
+  cr_assert_neq(memcmp(other.bytes, ref.bytes, ref.len), 0);
+  free(other.bytes);
+  free(ref.bytes);
+  loom_dataset_free(ds);
+}
+
+/* ---- exactly once ------------------------------------------------------------------ */
+static void check_epochs(int64_t n, int64_t bs, bool drop_last, int world, bool shuffle, int workers) {
+  loom_dataset *ds = index_ds(n);
+  int *count = calloc((size_t)n, sizeof(int));
+  for (int epoch = 0; epoch < 2; epoch++) {
+    memset(count, 0, sizeof(int) * (size_t)n);
+    int64_t per_rank = drop_last ? n / world : (n + world - 1) / world;
+    for (int rank = 0; rank < world; rank++) {
+      loom_loader_options o = loom_loader_options_default();
+      o.batch_size = bs;
+      o.drop_last = drop_last;
+      o.shuffle = shuffle;
+      o.seed = 5;
+      o.workers = workers;
+      o.prefetch = 3;
+      o.rank = rank;
+      o.world_size = world;
+      o.x_dtype = LOOM_I32;
+      o.y_dtype = LOOM_I64;
+      loom_loader *l = loom_loader_new(ds, &o);
+      cr_assert_not_null(l, "%s", loom_last_error());
+      cr_assert_eq(loom_loader_start_epoch(l, epoch), LOOM_OK);
+      int64_t want_batches = drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
+      cr_assert_eq(loom_loader_num_batches(l), want_batches);
+      int in_shard_max = 0;
+      int *in_shard = calloc((size_t)n, sizeof(int));
+      int64_t got_batches = 0, got = 0;
+      for (;;) {
+        loom_raw_batch b;
+        cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK, "%s", loom_last_error());
+        if (b.n == 0) break;
+        cr_assert_eq(b.index, got_batches);
+        bool last = got_batches == want_batches - 1;
+        if (!last || drop_last || per_rank % bs == 0) cr_assert_eq(b.n, bs);
+        else cr_assert_eq(b.n, per_rank % bs, "short last batch");
+        const int32_t *xi = b.x;
+        const int64_t *yi = b.y;
+        for (int64_t j = 0; j < b.n; j++) {
+          cr_assert(xi[j] >= 0 && xi[j] < n);
+          cr_assert_eq(yi[j], 2 * (int64_t)xi[j], "label does not travel with its sample");
+          count[xi[j]]++;
+          if (++in_shard[xi[j]] > in_shard_max) in_shard_max = in_shard[xi[j]];
+        }
+        got += b.n;
+        got_batches++;
+        loom_loader_release_raw(b.buf);
+      }
+      free(in_shard);
+      cr_assert_eq(got_batches, want_batches);
+      cr_assert_eq(in_shard_max <= 1, true, "a sample came twice within one rank's epoch");
+      cr_assert_eq(got, drop_last ? want_batches * bs : per_rank);
+      loom_loader_free(l);
+    }
+    int64_t total = 0, dups = 0;
+    for (int64_t i = 0; i < n; i++) {
+      total += count[i];
+      if (count[i] > 1) dups += count[i] - 1;
+      if (!drop_last) cr_assert_geq(count[i], 1, "sample %lld never delivered", (long long)i);
+      cr_assert_leq(count[i], 2);
+    }
+    if (!drop_last) {
+      /* Every sample once; shards padded to equal size by at most world-1 repeats. */
+      cr_assert_eq(dups, per_rank * world - n);
+      if (n % world == 0) cr_assert_eq(dups, 0);
+    } else {
+      cr_assert_eq(dups, 0);
+    }
+    (void)total;
+  }
+  free(count);
+  loom_dataset_free(ds);
+}
+
+Test(loader, exactly_once_per_epoch, .timeout = 60) {
+  for (int shuffle = 0; shuffle < 2; shuffle++)
+    for (int drop = 0; drop < 2; drop++) {
+      check_epochs(97, 8, drop, 1, shuffle, 2);
+      check_epochs(97, 8, drop, 1, shuffle, 0);
+      check_epochs(96, 8, drop, 1, shuffle, 3);
+      check_epochs(97, 5, drop, 3, shuffle, 2);   /* sharded, uneven */
+      check_epochs(96, 8, drop, 4, shuffle, 1);   /* sharded, even */
+    }
+}
+
+Test(loader, epochs_follow_each_other_and_differ) {
+  loom_dataset *ds = index_ds(50);
+  loom_loader_options o = loom_loader_options_default();
+  o.batch_size = 50;
+  o.shuffle = true;
+  o.x_dtype = LOOM_I32;
+  loom_loader *l = loom_loader_new(ds, &o);
+  int32_t first[2][50];
+  for (int e = 0; e < 2; e++) {
+    loom_raw_batch b;
+    cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+    cr_assert_eq(b.n, 50);
+    memcpy(first[e], b.x, sizeof first[e]);
+    loom_loader_release_raw(b.buf);
+    cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+    cr_assert_eq(b.n, 0, "end of epoch expected");
+    cr_assert_eq(loom_loader_epoch(l), e + 1);
+  }
+  cr_assert_neq(memcmp(first[0], first[1], sizeof first[0]), 0);
+  /* Restarting epoch 0 replays it. */
+  cr_assert_eq(loom_loader_start_epoch(l, 0), LOOM_OK);
+  loom_raw_batch b;
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+  cr_assert_eq(memcmp(b.x, first[0], sizeof first[0]), 0);
+  loom_loader_release_raw(b.buf);
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* ---- transforms -------------------------------------------------------------------- */
+Test(loader, transforms_crop_flip_normalize) {
+  enum { N = 40, PAD = 2 };
+  loom_dataset *ds = image_ds(N);
+  loom_loader_options o = aug_options(2, 2);
+  o.batch_size = N;
+  o.shuffle = false;
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  loom_raw_batch b;
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+  cr_assert_eq(b.n, N);
+  const float *x = b.x;
+  int flips = 0, offsets_seen = 0;
+  bool off_seen[2 * PAD + 1][2 * PAD + 1] = {{false}};
+  unsigned char src[PIX];
+  for (int i = 0; i < N; i++) {
+    loom_dataset_read(ds, i, src, NULL);
+    /* Find the (dy, dx, flip) that explains the output: exactly the reference formula. */
+    bool found = false;
+    for (int f = 0; f < 2 && !found; f++)
+      for (int dy = 0; dy <= 2 * PAD && !found; dy++)
+        for (int dx = 0; dx <= 2 * PAD && !found; dx++) {
+          bool ok = true;
+          for (int c = 0; c < C && ok; c++)
+            for (int yy = 0; yy < H && ok; yy++)
+              for (int xx = 0; xx < W && ok; xx++) {
+                int sy = yy + dy - PAD, sx = (f ? W - 1 - xx : xx) + dx - PAD;
+                float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? src[c * H * W + sy * W + sx] : 0.0f;
+                float want = (v / 255.0f - k_mean[c]) / k_std[c];
+                if (fabsf(x[(size_t)i * PIX + c * H * W + yy * W + xx] - want) > 1e-5f) ok = false;
+              }
+          if (ok) {
+            found = true;
+            flips += f;
+            if (!off_seen[dy][dx]) { off_seen[dy][dx] = true; offsets_seen++; }
+          }
+        }
+    cr_assert(found, "sample %d is not a crop/flip of its source", i);
+    cr_assert_eq(((const int64_t *)b.y)[i], i % 10);
+  }
+  /* 40 samples: both flip states and several offsets must occur. */
+  cr_assert(flips > 5 && flips < 35, "flips %d of %d", flips, N);
+  cr_assert_geq(offsets_seen, 8);
+  loom_loader_release_raw(b.buf);
+  loom_loader_free(l);
+
+  /* u8 passthrough keeps bytes (crop/flip still apply; here off). */
+  o = loom_loader_options_default();
+  o.batch_size = 4;
+  o.x_dtype = LOOM_U8;
+  o.y_dtype = LOOM_U8;
+  l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+  for (int i = 0; i < 4; i++) {
+    loom_dataset_read(ds, i, src, NULL);
+    cr_assert_eq(memcmp((unsigned char *)b.x + i * PIX, src, PIX), 0);
+  }
+  loom_loader_release_raw(b.buf);
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+Test(loader, bad_options_are_rejected_with_a_message) {
+  loom_dataset *img = image_ds(10), *idx = index_ds(10);
+  loom_loader_options o = loom_loader_options_default();
+  o.batch_size = 0;
+  cr_assert_null(loom_loader_new(img, &o));
+  cr_assert_not_null(strstr(loom_last_error(), "batch_size"));
+  o = loom_loader_options_default();
+  o.rank = 2;
+  o.world_size = 2;
+  cr_assert_null(loom_loader_new(img, &o));
+  cr_assert_not_null(strstr(loom_last_error(), "rank"));
+  o = loom_loader_options_default();
+  o.crop_padding = 4;
+  cr_assert_null(loom_loader_new(idx, &o));
+  cr_assert_eq(loom_last_status(), LOOM_ERR_SHAPE);
+  o = loom_loader_options_default();
+  o.x_dtype = LOOM_U8;
+  o.scale = 1.0f / 255.0f;
+  cr_assert_null(loom_loader_new(img, &o));
+  o = loom_loader_options_default();
+  o.norm_channels = 2;
+  o.mean = k_mean;
+  o.std = k_std;
+  cr_assert_null(loom_loader_new(img, &o));
+  cr_assert_not_null(strstr(loom_last_error(), "channels"));
+  o = loom_loader_options_default();
+  o.device = loom_cuda(0);
+  if (loom_device_count(LOOM_CUDA) == 0) {
+    cr_assert_null(loom_loader_new(img, &o));
+    cr_assert_eq(loom_last_status(), LOOM_ERR_DEVICE);
+  }
+  o = loom_loader_options_default();
+  o.size = 2;
+  cr_assert_null(loom_loader_new(img, &o));
+  cr_assert_null(loom_loader_new(NULL, NULL));
+  /* NULL options: defaults. */
+  loom_loader *l = loom_loader_new(img, NULL);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  loom_loader_free(l);
+  loom_dataset_free(img);
+  loom_dataset_free(idx);
+}
+
+/* ---- errors ------------------------------------------------------------------------ */
+typedef struct fail_ctx {
+  int64_t fail_at;
+  atomic_int reads;
+} fail_ctx;
+
+static loom_status failing_read(void *user, int64_t i, void *x, void *y) {
+  fail_ctx *c = user;
+  atomic_fetch_add(&c->reads, 1);
+  if (i == c->fail_at) return loom_dataset_fail(LOOM_ERR_IO, "disk on fire at this sample");
+  ((float *)x)[0] = (float)i;
+  ((float *)x)[1] = 0.5f;
+  *(int32_t *)y = (int32_t)i;
+  return LOOM_OK;
+}
+
+static loom_dataset *failing_ds(fail_ctx *c, int64_t n, bool thread_safe) {
+  loom_dataset_callbacks cb;
+  memset(&cb, 0, sizeof cb);
+  cb.size = sizeof cb;
+  cb.length = n;
+  cb.x_dtype = LOOM_F32;
+  cb.x_ndim = 1;
+  cb.x_shape[0] = 2;
+  cb.has_y = true;
+  cb.y_dtype = LOOM_I32;
+  cb.read = failing_read;
+  cb.user = c;
+  cb.thread_safe = thread_safe;
+  loom_dataset *ds = loom_dataset_callback(&cb);
+  cr_assert_not_null(ds, "%s", loom_last_error());
+  return ds;
+}
+
+Test(loader, worker_error_reaches_the_consumer, .timeout = 30) {
+  const int workers[] = {0, 1, 2, 8};
+  for (int wi = 0; wi < 4; wi++)
+    for (int p = 1; p <= 8; p *= 2) {
+      fail_ctx c = {.fail_at = 57};
+      loom_dataset *ds = failing_ds(&c, 200, wi % 2 == 0);
+      loom_loader_options o = loom_loader_options_default();
+      o.batch_size = 10;
+      o.workers = workers[wi];
+      o.prefetch = p;
+      loom_loader *l = loom_loader_new(ds, &o);
+      cr_assert_not_null(l, "%s", loom_last_error());
+      /* Batches 0..4 arrive intact; batch 5 (samples 50..59) carries the error. */
+      for (int k = 0; k < 5; k++) {
+        loom_raw_batch b;
+        cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK, "batch %d: %s", k, loom_last_error());
+        cr_assert_eq(b.n, 10);
+        cr_assert_float_eq(((float *)b.x)[0], (float)(k * 10), 0.0f);
+        loom_loader_release_raw(b.buf);
+      }
+      loom_raw_batch b;
+      cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_ERR_IO);
+      cr_assert_null(b.buf);
+      cr_assert_not_null(strstr(loom_last_error(), "disk on fire"), "%s", loom_last_error());
+      cr_assert_not_null(strstr(loom_last_error(), "sample 57"), "%s", loom_last_error());
+      /* Sticky until the epoch restarts. */
+      cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_ERR_IO);
+      cr_assert_eq(loom_loader_start_epoch(l, 1), LOOM_OK);
+      loom_loader_free(l);
+      loom_dataset_free(ds);
+    }
+}
+
+Test(loader, error_then_restart_recovers, .timeout = 30) {
+  fail_ctx c = {.fail_at = 5};
+  loom_dataset *ds = failing_ds(&c, 20, false);
+  loom_loader_options o = loom_loader_options_default();
+  o.batch_size = 4;
+  o.workers = 2;
+  o.prefetch = 4;
+  loom_loader *l = loom_loader_new(ds, &o);
+  loom_raw_batch b;
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+  loom_loader_release_raw(b.buf);
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_ERR_IO);
+  /* Restarting replays the same failure; fix the "disk" with no loader
+   * running (workers read fail_at), then a new loader gets everything. */
+  cr_assert_eq(loom_loader_start_epoch(l, 0), LOOM_OK);
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+  loom_loader_release_raw(b.buf);
+  cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_ERR_IO);
+  loom_loader_free(l);
+  c.fail_at = -1;
+  l = loom_loader_new(ds, &o);
+  int64_t got = 0;
+  for (;;) {
+    cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK, "%s", loom_last_error());
+    if (b.n == 0) break;
+    got += b.n;
+    loom_loader_release_raw(b.buf);
+  }
+  cr_assert_eq(got, 20);
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* ---- teardown and buffer ownership --------------------------------------------------- */
+Test(loader, destroy_mid_epoch, .timeout = 30) {
+  loom_dataset *ds = image_ds(500);
+  for (int w = 0; w <= 8; w += 2)
+    for (int take = 0; take < 4; take++) {
+      loom_loader_options o = aug_options(w, 1 + take * 2);
+      loom_loader *l = loom_loader_new(ds, &o);
+      cr_assert_not_null(l);
+      loom_raw_batch kept = {0};
+      for (int k = 0; k < take; k++) {
+        loom_raw_batch b;
+        cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+        if (k == 0) kept = b;
+        else loom_loader_release_raw(b.buf);
+      }
+      loom_loader_free(l);  /* workers are mid-fill; one batch is still held */
+      if (kept.buf) {
+        /* The held batch stays readable after the loader is gone. */
+        float v = ((float *)kept.x)[PIX - 1];
+        cr_assert(isfinite(v));
+        loom_loader_release_raw(kept.buf);
+      }
+    }
+  loom_dataset_free(ds);
+}
+
+/* The dataset outlives the caller's reference while a loader uses it. */
+Test(loader, loader_keeps_its_dataset_alive) {
+  loom_dataset *ds = index_ds(30);
+  loom_loader_options o = loom_loader_options_default();
+  o.x_dtype = LOOM_I32;
+  o.batch_size = 7;
+  loom_loader *l = loom_loader_new(ds, &o);
+  loom_dataset_free(ds);
+  int64_t got = 0;
+  loom_raw_batch b;
+  while (loom_loader_next_raw(l, &b, 1) == LOOM_OK && b.n) { got += b.n; loom_loader_release_raw(b.buf); }
+  cr_assert_eq(got, 30);
+  loom_loader_free(l);
+}
+
+typedef struct releaser {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  loom_batch_buf *q[64];
+  int head, tail;
+  bool done;
+  double checksum;
+} releaser;
+
+static void *release_thread(void *arg) {
+  releaser *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (r->head == r->tail && !r->done) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->head == r->tail && r->done) break;
+    loom_batch_buf *b = r->q[r->head++ % 64];
+    pthread_mutex_unlock(&r->mu);
+    loom_loader_release_raw(b);
+    pthread_mutex_lock(&r->mu);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+Test(loader, batches_released_from_another_thread_and_held_many, .timeout = 30) {
+  loom_dataset *ds = image_ds(300);
+  loom_loader_options o = aug_options(4, 2);
+  loom_loader *l = loom_loader_new(ds, &o);
+  releaser r = {.head = 0, .tail = 0};
+  pthread_mutex_init(&r.mu, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, release_thread, &r), 0);
+  for (int e = 0; e < 3; e++)
+    for (;;) {
+      loom_raw_batch b;
+      cr_assert_eq(loom_loader_next_raw(l, &b, 2), LOOM_OK);  /* two holders: like x and y tensors */
+      if (b.n == 0) break;
+      loom_loader_release_raw(b.buf);  /* one here ... */
+      pthread_mutex_lock(&r.mu);
+      r.q[r.tail++ % 64] = b.buf;       /* ... one over there */
+      pthread_cond_signal(&r.cv);
+      pthread_mutex_unlock(&r.mu);
+    }
+  pthread_mutex_lock(&r.mu);
+  r.done = true;
+  pthread_cond_signal(&r.cv);
+  pthread_mutex_unlock(&r.mu);
+  pthread_join(t, NULL);
+
+  /* A consumer that holds a whole epoch of batches must not deadlock the ring. */
+  loom_raw_batch held[30];
+  int nh = 0;
+  cr_assert_eq(loom_loader_start_epoch(l, 7), LOOM_OK);
+  for (;;) {
+    loom_raw_batch b;
+    cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_OK);
+    if (b.n == 0) break;
+    cr_assert_lt(nh, 30);
+    held[nh++] = b;
+  }
+  cr_assert_eq(nh, 30);
+  /* Distinct buffers, and release half after the loader is gone. */
+  for (int i = 1; i < nh; i++) cr_assert_neq(held[i].x, held[0].x);
+  for (int i = 0; i < nh / 2; i++) loom_loader_release_raw(held[i].buf);
+  loom_loader_free(l);
+  for (int i = nh / 2; i < nh; i++) loom_loader_release_raw(held[i].buf);
+  pthread_mutex_destroy(&r.mu);
+  pthread_cond_destroy(&r.cv);
+  loom_dataset_free(ds);
+}
+
+/* ---- metrics -------------------------------------------------------------------- */
+Test(loader, stats_count_batches_samples_and_wait) {
+  loom_dataset *ds = image_ds(95);
+  loom_loader_options o = aug_options(2, 2);
+  loom_loader *l = loom_loader_new(ds, &o);
+  loom_raw_batch b;
+  int64_t n = 0;
+  while (loom_loader_next_raw(l, &b, 1) == LOOM_OK && b.n) { n += b.n; loom_loader_release_raw(b.buf); }
+  cr_assert_eq(n, 95);
+  loom_loader_stats s;
+  s.size = sizeof s;
+  cr_assert_eq(loom_loader_stats_get(l, &s), LOOM_OK);
+  cr_assert_eq(s.size, sizeof s);
+  cr_assert_eq(s.batches, 10);
+  cr_assert_eq(s.samples, 95);
+  cr_assert_geq(s.batches_produced, 10);
+  cr_assert_geq(s.wait_seconds, 0.0);
+  cr_assert_gt(s.elapsed_seconds, 0.0);
+  cr_assert_leq(s.wait_seconds, s.elapsed_seconds);
+  cr_assert(s.wait_fraction >= 0.0 && s.wait_fraction <= 1.0);
+  cr_assert_gt(s.samples_per_second, 0.0);
+  loom_loader_stats_reset(l);
+  cr_assert_eq(loom_loader_stats_get(l, &s), LOOM_OK);
+  cr_assert_eq(s.batches, 0);
+  cr_assert_eq(s.samples, 0);
+  /* A caller built against an older, shorter struct gets only its part. */
+  struct { size_t size; double wait; double tail_guard; } small = {offsetof(loom_loader_stats, elapsed_seconds), -1.0, 42.0};
+  cr_assert_eq(loom_loader_stats_get(l, (loom_loader_stats *)&small), LOOM_OK);
+  cr_assert_geq(small.wait, 0.0);
+  cr_assert_float_eq(small.tail_guard, 42.0, 0.0);
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
