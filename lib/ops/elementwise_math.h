@@ -5,12 +5,7 @@
 #define LOOM_OPS_ELEMENTWISE_MATH_H
 
 #include <math.h>
-
-#ifdef __CUDACC__
-#define LOOM_HD __host__ __device__ __forceinline__
-#else
-#define LOOM_HD static inline
-#endif
+#include "core/half.h"   /* LOOM_HD */
 
 /* Elementwise op codes (the table's LOOM_OP_* map onto these). */
 enum {
@@ -19,7 +14,7 @@ enum {
   LOOM_EW_NEG, LOOM_EW_EXP, LOOM_EW_LOG, LOOM_EW_SQRT, LOOM_EW_RELU,
 };
 
-LOOM_HD float loom_ew_binary(int op, float a, float b) {
+static inline LOOM_HD float loom_ew_binary(int op, float a, float b) {
   switch (op) {
     case LOOM_EW_ADD: return a + b;
     case LOOM_EW_SUB: return a - b;
@@ -31,7 +26,7 @@ LOOM_HD float loom_ew_binary(int op, float a, float b) {
   }
 }
 
-LOOM_HD float loom_ew_unary(int op, float a, float s) {
+static inline LOOM_HD float loom_ew_unary(int op, float a, float s) {
   switch (op) {
     case LOOM_EW_ADD_S: return a + s;
     case LOOM_EW_MUL_S: return a * s;
