@@ -59,7 +59,7 @@ Test(log, bad_env_value_warns_once_and_keeps_warn, .init = redirect_stderr) {
   setenv("LOOM_LOG", "loud", 1);
   cr_assert_eq(loom_log_get_level(), LOOM_LOG_WARN);
   cr_assert_eq(loom_log_get_level(), LOOM_LOG_WARN);
-  loom_log(LOOM_LOG_INFO, "not shown");
+  loom_log_msg(LOOM_LOG_INFO, "not shown");
   fflush(stderr);
   cr_assert_stderr_eq_str(
       "[loom W] LOOM_LOG=\"loud\" is not a log level (accepted: error, warn, info, debug, trace, off); using warn\n");
@@ -68,12 +68,12 @@ Test(log, bad_env_value_warns_once_and_keeps_warn, .init = redirect_stderr) {
 Test(log, stderr_format_and_filtering, .init = redirect_stderr) {
   unsetenv("LOOM_LOG");
   loom_log_set_level(LOOM_LOG_INFO);
-  loom_log(LOOM_LOG_ERROR, "disk %s", "full");
-  loom_log(LOOM_LOG_WARN, "scale %d", 1024);
-  loom_log(LOOM_LOG_INFO, "step done\n"); /* a trailing newline is not doubled */
-  loom_log(LOOM_LOG_DEBUG, "hidden");
-  loom_log(LOOM_LOG_TRACE, "hidden");
-  loom_log(LOOM_LOG_OFF, "never a message level");
+  loom_log_msg(LOOM_LOG_ERROR, "disk %s", "full");
+  loom_log_msg(LOOM_LOG_WARN, "scale %d", 1024);
+  loom_log_msg(LOOM_LOG_INFO, "step done\n"); /* a trailing newline is not doubled */
+  loom_log_msg(LOOM_LOG_DEBUG, "hidden");
+  loom_log_msg(LOOM_LOG_TRACE, "hidden");
+  loom_log_msg(LOOM_LOG_OFF, "never a message level");
   fflush(stderr);
   cr_assert_stderr_eq_str("[loom E] disk full\n[loom W] scale 1024\n[loom I] step done\n");
 }
@@ -99,11 +99,11 @@ Test(log, sink_receives_at_and_above_level_only, .init = redirect_stderr) {
   struct capture cap = {0};
   loom_log_set_sink(capture_sink, &cap);
   loom_log_set_level(LOOM_LOG_WARN);
-  loom_log(LOOM_LOG_ERROR, "e%d", 1);
-  loom_log(LOOM_LOG_WARN, "w%d", 2);
-  loom_log(LOOM_LOG_INFO, "i%d", 3);
-  loom_log(LOOM_LOG_DEBUG, "d%d", 4);
-  loom_log(LOOM_LOG_TRACE, "t%d", 5);
+  loom_log_msg(LOOM_LOG_ERROR, "e%d", 1);
+  loom_log_msg(LOOM_LOG_WARN, "w%d", 2);
+  loom_log_msg(LOOM_LOG_INFO, "i%d", 3);
+  loom_log_msg(LOOM_LOG_DEBUG, "d%d", 4);
+  loom_log_msg(LOOM_LOG_TRACE, "t%d", 5);
   cr_assert_eq(cap.n, 2);
   cr_assert_eq(cap.levels[0], LOOM_LOG_ERROR);
   cr_assert_str_eq(cap.msgs[0], "e1");
@@ -111,12 +111,12 @@ Test(log, sink_receives_at_and_above_level_only, .init = redirect_stderr) {
   cr_assert_str_eq(cap.msgs[1], "w2");
 
   loom_log_set_level(LOOM_LOG_TRACE);
-  loom_log(LOOM_LOG_TRACE, "t%d", 6);
+  loom_log_msg(LOOM_LOG_TRACE, "t%d", 6);
   cr_assert_eq(cap.n, 3);
   cr_assert_eq(cap.levels[2], LOOM_LOG_TRACE);
 
   loom_log_set_level(LOOM_LOG_OFF);
-  loom_log(LOOM_LOG_ERROR, "off means off");
+  loom_log_msg(LOOM_LOG_ERROR, "off means off");
   cr_assert_eq(cap.n, 3);
 
   /* An invalid level is refused and the old one kept. */
@@ -129,14 +129,14 @@ Test(log, sink_receives_at_and_above_level_only, .init = redirect_stderr) {
   char big[600];
   memset(big, 'x', sizeof big - 1);
   big[sizeof big - 1] = '\0';
-  loom_log(LOOM_LOG_ERROR, "%s!", big);
+  loom_log_msg(LOOM_LOG_ERROR, "%s!", big);
   cr_assert_eq(cap.n, 4);
   cr_assert_eq(strlen(cap.msgs[3]), sizeof big);
   cr_assert_eq(cap.msgs[3][sizeof big - 1], '!');
 
   /* NULL restores stderr: the sink is no longer called. */
   loom_log_set_sink(NULL, NULL);
-  loom_log(LOOM_LOG_ERROR, "to stderr");
+  loom_log_msg(LOOM_LOG_ERROR, "to stderr");
   cr_assert_eq(cap.n, 4);
   fflush(stderr);
   cr_assert_stderr_eq_str("[loom E] to stderr\n");
@@ -146,12 +146,12 @@ static int reentrant_calls;
 static void reentrant_sink(loom_log_level level, const char *msg, void *user) {
   reentrant_calls++;
   /* Logging from inside a sink must not deadlock (it goes to stderr). */
-  loom_log(LOOM_LOG_ERROR, "inner");
+  loom_log_msg(LOOM_LOG_ERROR, "inner");
 }
 
 Test(log, sink_that_logs_does_not_deadlock, .timeout = 10, .init = redirect_stderr) {
   loom_log_set_sink(reentrant_sink, NULL);
-  loom_log(LOOM_LOG_ERROR, "outer");
+  loom_log_msg(LOOM_LOG_ERROR, "outer");
   cr_assert_eq(reentrant_calls, 1);
   fflush(stderr);
   cr_assert_stderr_eq_str("[loom E] inner\n");

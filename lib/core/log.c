@@ -106,7 +106,7 @@ static char level_letter(loom_log_level level) {
   return '?';
 }
 
-void loom_log(loom_log_level level, const char *fmt, ...) {
+void loom_log_msg(loom_log_level level, const char *fmt, ...) {
   if ((int)level <= LOOM_LOG_OFF || (int)level > LOOM_LOG_TRACE || !fmt) return;
   if ((int)level > (int)loom_log_get_level()) return;
 

@@ -1,4 +1,6 @@
 /* api_reduce.c — the public reductions: sum, mean, max, argmax. */
+#include <math.h>
+
 #include "ops/op.h"
 
 static loom_status dims_mask(const char *op, const loom_tensor *a, int ndims, const int *dims, unsigned *mask) {

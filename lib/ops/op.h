@@ -6,6 +6,7 @@
 #define LOOM_OPS_OP_H
 
 #include "loom/ops.h"
+#include "loom/autograd.h"
 #include "tensor/tensor_internal.h"
 
 #define LOOM_OP_MAX_IN 4

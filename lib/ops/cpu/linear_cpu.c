@@ -117,7 +117,7 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
     LOOM_TRY(as_f32(gy, &t));
     if (!t.owned) {
       /* gy is f32 but must not be modified: copy once. */
-      dz = malloc((size_t)(M * N ? M * N : 1) * sizeof(float));
+      dz = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
       if (!dz) return loom_set_error(LOOM_ERR_OOM, "linear backward: out of host memory");
       memcpy(dz, t.p, (size_t)(M * N) * sizeof(float));
     } else {

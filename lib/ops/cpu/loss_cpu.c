@@ -34,7 +34,8 @@ static float row_lse(const float *r, int64_t C) {
 #define FOR_ROWS_F32(T, ROWS, C, BODY)                                                   \
   do {                                                                                   \
     loom_status st_ = LOOM_OK;                                                           \
-    _Pragma("omp parallel if ((ROWS) * (C) >= LOOM_CPU_PAR_MIN)")                        \
+    int nt_ = (ROWS) * (C) >= LOOM_CPU_PAR_MIN ? omp_get_max_threads() : 1;              \
+    _Pragma("omp parallel num_threads(nt_)")                                             \
     {                                                                                    \
       float stackbuf[MAX_STACK_ROW];                                                     \
       float *rowbuf = (C) <= MAX_STACK_ROW ? stackbuf : malloc((size_t)(C) * sizeof(float)); \
