@@ -28,7 +28,7 @@ LOOM_API loom_log_level loom_log_get_level(void);
 LOOM_API loom_status loom_log_parse_level(const char *name, loom_log_level *out);
 /* Route messages to sink (NULL restores stderr). */
 LOOM_API void loom_log_set_sink(loom_log_sink sink, void *user);
-LOOM_API void loom_log(loom_log_level level, const char *fmt, ...)
+LOOM_API void loom_log_msg(loom_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 LOOM_EXTERN_C_END

@@ -43,6 +43,10 @@ struct loom_tensor {
 loom_tensor *loom_tensor_wrap(void *data, size_t nbytes, loom_device dev, int ndim, const int64_t *shape,
                               loom_dtype dt, loom_storage_release_fn release, void *ctx);
 
+/* A header over memory that stays the caller's (never freed by loom), not
+ * adopted by any scope: for kernels that need scratch tensors. */
+loom_tensor *loom_tensor_view_raw(void *data, loom_dtype dt, int ndim, const int64_t *shape, loom_device dev);
+
 /* A new tensor header (retained storage) with the given geometry; does not
  * join a scope (the caller decides via loom_tensor_adopt). */
 loom_tensor *loom_tensor_new_header(loom_storage *st, int64_t offset, loom_dtype dt, int ndim,

@@ -1,0 +1,109 @@
+/* bench_gemm.c — GFLOP/s of loom's built-in CPU SGEMM against OpenBLAS on the
+ * GEMMs of an MNIST MLP training step (batch 128; layers 784->1024,
+ * 1024->1024, 1024->10: forward Y = X·Wᵀ, backward dX = dY·W and dW = dYᵀ·X)
+ * plus square 512 and 1024.
+ *
+ * Usage: bench_gemm [threads=2] [reps=7] [kernel=best|avx512|avx2|generic]
+ * Prints one line per shape:
+ *   bench=gemm shape=MxNxK ta=0 tb=1 builtin_gflops=... openblas_gflops=... ratio=...
+ * ratio = builtin / openblas. Each number is the best of `reps` timed
+ * repetitions (the machine may be shared). All built-in runs happen before
+ * any OpenBLAS run because OpenBLAS's pthread pool keeps spinning for a while
+ * after each call and would steal cores from the built-in kernel. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/cpu/gemm.h"
+
+typedef struct shape {
+  const char *what;
+  bool ta, tb;
+  int64_t M, N, K;
+} shape;
+
+static const shape shapes[] = {
+  {"fc1 fwd", false, true, 128, 1024, 784},  {"fc1 dX", false, false, 128, 784, 1024},
+  {"fc1 dW", true, false, 1024, 784, 128},   {"fc2 fwd", false, true, 128, 1024, 1024},
+  {"fc2 dX", false, false, 128, 1024, 1024}, {"fc2 dW", true, false, 1024, 1024, 128},
+  {"fc3 fwd", false, true, 128, 10, 1024},   {"fc3 dX", false, false, 128, 1024, 10},
+  {"fc3 dW", true, false, 10, 1024, 128},    {"square", false, false, 512, 512, 512},
+  {"square", false, false, 1024, 1024, 1024},
+};
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *rand_buf(int64_t n)
+{
+  float *p = malloc(sizeof(float) * (size_t)n);
+  if (!p) return NULL;
+  for (int64_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  return p;
+}
+
+/* Best GFLOP/s over reps repetitions of enough calls to take >= ~40 ms each. */
+static double time_shape(const shape *s, int reps)
+{
+  const int64_t lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+  float *A = rand_buf(s->M * s->K), *B = rand_buf(s->K * s->N), *C = rand_buf(s->M * s->N);
+  double best = 0.0;
+  if (A && B && C) {
+    const double flop = 2.0 * (double)s->M * (double)s->N * (double)s->K;
+    loom_cpu_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N); /* warm-up */
+    double t0 = now_s();
+    loom_cpu_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N);
+    const double one = now_s() - t0;
+    int iters = one > 0 ? (int)(0.04 / one) : 1000;
+    if (iters < 1) iters = 1;
+    for (int r = 0; r < reps; r++) {
+      t0 = now_s();
+      for (int i = 0; i < iters; i++)
+        loom_cpu_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N);
+      const double g = flop * iters / (now_s() - t0) / 1e9;
+      if (g > best) best = g;
+    }
+  }
+  free(A);
+  free(B);
+  free(C);
+  return best;
+}
+
+int main(int argc, char **argv)
+{
+  const int threads = argc > 1 ? atoi(argv[1]) : 2;
+  const int reps = argc > 2 ? atoi(argv[2]) : 7;
+  const char *kernel = argc > 3 && strcmp(argv[3], "best") != 0 ? argv[3] : NULL;
+  if (reps < 1 || !loom_cpu_gemm_select_builtin(kernel)) {
+    fprintf(stderr, "usage: %s [threads] [reps>=1] [best|avx512|avx2|generic]\n", argv[0]);
+    return 2;
+  }
+  loom_cpu_gemm_set_threads(threads);
+
+  double built[N_SHAPES], blas[N_SHAPES];
+  loom_cpu_gemm_force_builtin(true);
+  const char *builtin_name = loom_cpu_gemm_impl();
+  for (int i = 0; i < N_SHAPES; i++) built[i] = time_shape(&shapes[i], reps);
+
+  loom_cpu_gemm_force_builtin(false);
+  const bool have_blas = strcmp(loom_cpu_gemm_impl(), "openblas") == 0;
+  for (int i = 0; i < N_SHAPES; i++) blas[i] = have_blas ? time_shape(&shapes[i], reps) : 0.0;
+
+  printf("# builtin=%s threads=%d reps=%d openblas=%s\n", builtin_name, threads, reps, have_blas ? "yes" : "no");
+  for (int i = 0; i < N_SHAPES; i++) {
+    const shape *s = &shapes[i];
+    printf("bench=gemm shape=%lldx%lldx%lld ta=%d tb=%d builtin_gflops=%.1f openblas_gflops=%.1f ratio=%.2f  # %s\n",
+           (long long)s->M, (long long)s->N, (long long)s->K, s->ta, s->tb, built[i], blas[i],
+           blas[i] > 0 ? built[i] / blas[i] : 0.0, s->what);
+  }
+  return 0;
+}

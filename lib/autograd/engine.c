@@ -1,0 +1,252 @@
+/* engine.c — loom_backward: walk the recorded graph in reverse recording
+ * order, accumulate gradients, fire grad-ready hooks, free saved tensors as
+ * each node finishes. Grad mode is per thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h"
+#include "loom/autograd.h"
+
+static _Thread_local int tl_grad_disabled;
+
+bool loom_set_grad_enabled(bool enabled) {
+  bool prev = !tl_grad_disabled;
+  tl_grad_disabled = !enabled;
+  return prev;
+}
+
+bool loom_is_grad_enabled(void) { return !tl_grad_disabled; }
+
+loom_status loom_set_grad_hook(loom_tensor *t, loom_grad_hook hook, void *user) {
+  if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "loom_set_grad_hook: tensor is NULL");
+  if (t->grad_fn)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_set_grad_hook: hooks go on leaf tensors (parameters), not results");
+  t->hook = hook;
+  t->hook_user = user;
+  return LOOM_OK;
+}
+
+loom_status loom_zero_grad(loom_tensor *t) {
+  if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "loom_zero_grad: tensor is NULL");
+  loom_tensor_release(t->grad);
+  t->grad = NULL;
+  return LOOM_OK;
+}
+
+/* Held by exactly one reference and sharing storage with nobody. */
+static bool exclusive(const loom_tensor *t) {
+  return atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1 && t->offset == 0 &&
+         loom_tensor_is_contiguous(t);
+}
+
+typedef struct vec {
+  void **p;
+  size_t n, cap;
+} vec;
+
+static int vec_push(vec *v, void *x) {
+  if (v->n == v->cap) {
+    size_t nc = v->cap ? v->cap * 2 : 64;
+    void **np = realloc(v->p, nc * sizeof *np);
+    if (!np) return 0;
+    v->p = np;
+    v->cap = nc;
+  }
+  v->p[v->n++] = x;
+  return 1;
+}
+
+static int by_seq_desc(const void *a, const void *b) {
+  const loom_node *x = *(loom_node *const *)a, *y = *(loom_node *const *)b;
+  return x->seq < y->seq ? 1 : x->seq > y->seq ? -1 : 0;
+}
+
+/* Leaves reached by this backward, with how many edges still owe them. */
+typedef struct leaf_count {
+  loom_tensor *t;
+  int remaining;
+} leaf_count;
+
+static leaf_count *find_leaf(leaf_count *lc, size_t n, loom_tensor *t) {
+  for (size_t i = 0; i < n; i++)
+    if (lc[i].t == t) return &lc[i];
+  return NULL;
+}
+
+/* A private copy of g that belongs to no scope. */
+static loom_tensor *clone_raw(loom_tensor *g) {
+  loom_tensor *c = loom_tensor_alloc_raw(g->ndim, g->shape, g->dtype, g->storage->device);
+  if (!c) return NULL;
+  loom_op_args a = {.in = {g}, .n_in = 1, .out = {c}, .n_out = 1};
+  if (loom_op_run_into(LOOM_OP_COPY, &a) != LOOM_OK) {
+    loom_tensor_release(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Add g (a reference the engine holds) into *slot. */
+static loom_status accumulate(loom_tensor **slot, loom_tensor *g) {
+  if (!*slot) {
+    if (exclusive(g)) {
+      *slot = g;
+      return LOOM_OK;
+    }
+    loom_tensor *c = clone_raw(g);  /* a fresh buffer that we may add into later */
+    loom_tensor_release(g);
+    if (!c) return loom_last_status();
+    *slot = c;
+    return LOOM_OK;
+  }
+  loom_status st = loom_add_inplace(*slot, g);
+  loom_tensor_release(g);
+  return st;
+}
+
+static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
+  vec nodes = {0}, stack = {0};
+  leaf_count *leaves = NULL;
+  size_t nleaves = 0, capleaves = 0;
+  loom_status st = LOOM_OK;
+
+  /* 1. Collect reachable nodes (each once) and count edges into each. */
+  if (!vec_push(&stack, root->grad_fn)) goto oom;
+  root->grad_fn->deps = 0;
+  root->grad_fn->pending_grad = NULL;
+  if (!vec_push(&nodes, root->grad_fn)) goto oom;
+  root->grad_fn->deps = -1;  /* marks "visited" during collection */
+  while (stack.n) {
+    loom_node *n = stack.p[--stack.n];
+    if (n->freed) {
+      st = loom_set_error(LOOM_ERR_STATE,
+                          "backward: a node of this graph (%s) already ran backward and freed its saved tensors; "
+                          "run the forward pass again",
+                          loom_op_get(n->op)->name);
+      goto done;
+    }
+    for (int k = 0; k < LOOM_OP_MAX_IN; k++) {
+      if (!n->needs_grad[k]) continue;
+      loom_node *m = n->next[k].node;
+      if (m) {
+        if (m->deps != -1) {
+          m->deps = -1;
+          m->pending_grad = NULL;
+          if (!vec_push(&nodes, m) || !vec_push(&stack, m)) goto oom;
+        }
+      } else if (n->next[k].leaf) {
+        leaf_count *lc = find_leaf(leaves, nleaves, n->next[k].leaf);
+        if (!lc) {
+          if (nleaves == capleaves) {
+            size_t nc = capleaves ? capleaves * 2 : 32;
+            leaf_count *nl = realloc(leaves, nc * sizeof *nl);
+            if (!nl) goto oom;
+            leaves = nl;
+            capleaves = nc;
+          }
+          lc = &leaves[nleaves++];
+          lc->t = n->next[k].leaf;
+          lc->remaining = 0;
+        }
+        lc->remaining++;
+      }
+    }
+  }
+  /* 2. Reverse recording order is a valid order: inputs are always older. */
+  qsort(nodes.p, nodes.n, sizeof *nodes.p, by_seq_desc);
+  for (size_t i = 0; i < nodes.n; i++) ((loom_node *)nodes.p[i])->deps = 0;
+
+  root->grad_fn->pending_grad = loom_tensor_retain(seed);
+  bool prev = loom_set_grad_enabled(false);
+  for (size_t i = 0; i < nodes.n && st == LOOM_OK; i++) {
+    loom_node *n = nodes.p[i];
+    loom_tensor *gy = n->pending_grad;
+    n->pending_grad = NULL;
+    if (!gy) {
+      loom_node_free_saved(n);
+      continue;
+    }
+    loom_tensor *gx[LOOM_OP_MAX_IN] = {0};
+    n->gy_exclusive = exclusive(gy);
+    loom_scope_begin();
+    st = loom_op_get(n->op)->backward(n, gy, gx);
+    for (int k = 0; k < LOOM_OP_MAX_IN && st == LOOM_OK; k++) {
+      if (n->needs_grad[k] && !gx[k]) {
+        st = loom_last_status() != LOOM_OK ? loom_last_status()
+                                            : loom_set_error(LOOM_ERR_INTERNAL, "backward of %s produced no gradient",
+                                                             loom_op_get(n->op)->name);
+        loom_error_prefix("backward of %s", loom_op_get(n->op)->name);
+      }
+    }
+    for (int k = 0; k < LOOM_OP_MAX_IN; k++) loom_tensor_retain(gx[k]);
+    loom_scope_end();
+    loom_tensor_release(gy);
+    loom_node_free_saved(n);
+    for (int k = 0; k < LOOM_OP_MAX_IN; k++) {
+      if (!gx[k]) continue;
+      if (st != LOOM_OK || !n->needs_grad[k]) {
+        loom_tensor_release(gx[k]);
+        continue;
+      }
+      if (n->next[k].node) {
+        st = accumulate(&n->next[k].node->pending_grad, gx[k]);
+      } else {
+        loom_tensor *leaf = n->next[k].leaf;
+        st = accumulate(&leaf->grad, gx[k]);
+        leaf_count *lc = find_leaf(leaves, nleaves, leaf);
+        if (st == LOOM_OK && lc && --lc->remaining == 0 && leaf->hook) leaf->hook(leaf, leaf->grad, leaf->hook_user);
+      }
+    }
+  }
+  loom_set_grad_enabled(prev);
+  /* Drop grads of nodes that never ran because of an error. */
+  for (size_t i = 0; i < nodes.n; i++) {
+    loom_node *n = nodes.p[i];
+    loom_tensor_release(n->pending_grad);
+    n->pending_grad = NULL;
+  }
+  goto done;
+oom:
+  st = loom_set_error(LOOM_ERR_OOM, "backward: out of host memory walking the graph");
+done:
+  free(nodes.p);
+  free(stack.p);
+  free(leaves);
+  return st;
+}
+
+loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out) {
+  if (!out) {
+    if (loom_last_status() != LOOM_OK) return loom_last_status();
+    return loom_set_error(LOOM_ERR_NULL_INPUT, "backward: the output tensor is NULL");
+  }
+  if (!grad_out) return loom_set_error(LOOM_ERR_NULL_INPUT, "backward: the output gradient is NULL");
+  if (grad_out->ndim != out->ndim || loom_shape_numel(out->ndim, out->shape) != loom_shape_numel(grad_out->ndim, grad_out->shape))
+    return loom_set_error(LOOM_ERR_SHAPE, "backward: the output gradient's shape does not match the output's");
+  if (!out->grad_fn) {
+    if (out->requires_grad) {
+      /* A leaf: its gradient is the seed itself. */
+      loom_tensor *g = clone_raw(grad_out);
+      if (!g) return loom_last_status();
+      return accumulate(&out->grad, g);
+    }
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "backward: the tensor does not require grad (no input of the ops that made it requires grad, "
+                          "or it was made under no-grad)");
+  }
+  return run_backward(out, grad_out);
+}
+
+loom_status loom_backward(loom_tensor *loss) {
+  if (!loss) return loom_backward_with(NULL, NULL);
+  if (loom_shape_numel(loss->ndim, loss->shape) != 1) {
+    char b[96];
+    return loom_set_error(LOOM_ERR_SHAPE, "backward: the loss must have one element, got shape %s; use loom_backward_with",
+                          loom_shape_str(loss->ndim, loss->shape, b, 96));
+  }
+  loom_tensor *seed = loom_tensor_alloc_raw(loss->ndim, loss->shape, loss->dtype, loss->storage->device);
+  if (!seed) return loom_last_status();
+  loom_status st = loom_fill_(seed, 1.0);
+  if (st == LOOM_OK) st = loom_backward_with(loss, seed);
+  loom_tensor_release(seed);
+  return st;
+}

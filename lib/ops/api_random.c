@@ -1,0 +1,63 @@
+/* api_random.c — rand / randn from the global Philox generator, and the CPU
+ * thread count. Numbers are drawn on the host from (seed, offset), so every
+ * device gets the same ones. */
+#include <omp.h>
+#include <stdlib.h>
+
+#include "loom/rng.h"
+#include "ops/op.h"
+#include "ops/cpu/gemm.h"
+
+static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const int64_t *shape, loom_dtype dt,
+                                  loom_device dev) {
+  if (!loom_dtype_is_float(dt)) {
+    loom_set_error(LOOM_ERR_DTYPE, "%s: needs a float dtype, got %s", fn, loom_dtype_name(dt));
+    return NULL;
+  }
+  loom_tensor *t = loom_tensor_alloc_raw(ndim, shape, dt, dev);
+  if (!t) return NULL;
+  int64_t n = loom_shape_numel(ndim, shape);
+  float *host = malloc((size_t)(n ? n : 1) * sizeof(float));
+  if (!host) {
+    loom_tensor_release(t);
+    loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for %lld values", fn, (long long)n);
+    return NULL;
+  }
+  uint64_t seed, offset;
+  loom_rng_global_reserve((size_t)n, &seed, &offset);
+  if (normal) loom_rng_fill_normal(seed, offset, host, (size_t)n, 0.0f, 1.0f);
+  else loom_rng_fill_uniform(seed, offset, host, (size_t)n, 0.0f, 1.0f);
+  loom_status st;
+  if (dt == LOOM_F32) {
+    st = loom_copy_from_host_raw(t, host);
+  } else {
+    loom_tensor *src = loom_tensor_view_raw(host, LOOM_F32, ndim, shape, loom_cpu());
+    st = src ? loom_copy_(t, src) : loom_last_status();
+    loom_tensor_release(src);
+  }
+  free(host);
+  if (st != LOOM_OK) {
+    loom_tensor_release(t);
+    return NULL;
+  }
+  return loom_tensor_adopt(t);
+}
+
+loom_tensor *loom_rand(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev) {
+  return random_tensor("rand", 0, ndim, shape, dt, dev);
+}
+
+loom_tensor *loom_randn(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev) {
+  return random_tensor("randn", 1, ndim, shape, dt, dev);
+}
+
+static int g_threads = 0;
+
+void loom_set_num_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  g_threads = n;
+  omp_set_num_threads(n);
+  loom_cpu_gemm_set_threads(n);
+}
+
+int loom_get_num_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }

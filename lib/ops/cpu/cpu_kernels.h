@@ -1,0 +1,21 @@
+/* cpu_kernels.h (internal) — the CPU kernels the op table points at. */
+#ifndef LOOM_OPS_CPU_KERNELS_H
+#define LOOM_OPS_CPU_KERNELS_H
+
+#include "ops/op.h"
+
+loom_status loom_cpu_ew_binary(loom_op_args *a, int ew_op);
+loom_status loom_cpu_ew_unary(loom_op_args *a, int ew_op);
+loom_status loom_cpu_copy(loom_op_args *a);
+loom_status loom_cpu_sum(loom_op_args *a);
+loom_status loom_cpu_max(loom_op_args *a);
+loom_status loom_cpu_argmax(loom_op_args *a);
+loom_status loom_cpu_matmul(loom_op_args *a);
+loom_status loom_cpu_linear(loom_op_args *a);
+loom_status loom_cpu_linear_backward(loom_op_args *a);
+loom_status loom_cpu_log_softmax(loom_op_args *a);
+loom_status loom_cpu_log_softmax_backward(loom_op_args *a);
+loom_status loom_cpu_cross_entropy(loom_op_args *a);
+loom_status loom_cpu_cross_entropy_backward(loom_op_args *a);
+
+#endif

@@ -1,0 +1,112 @@
+/* cpu_util.c — dtype conversion runs and strided iteration for CPU kernels. */
+#include "ops/cpu/cpu_util.h"
+#include "core/half.h"
+
+void loom_cpu_load_f32(const void *src, loom_dtype dt, int64_t stride, int64_t n, float *dst) {
+  switch (dt) {
+    case LOOM_F32: {
+      const float *s = src;
+      if (stride == 1) memcpy(dst, s, (size_t)n * sizeof(float));
+      else for (int64_t j = 0; j < n; j++) dst[j] = s[j * stride];
+      break;
+    }
+    case LOOM_F16: { const uint16_t *s = src; for (int64_t j = 0; j < n; j++) dst[j] = loom_half_to_f32(s[j * stride]); break; }
+    case LOOM_BF16: { const uint16_t *s = src; for (int64_t j = 0; j < n; j++) dst[j] = loom_bfloat_to_f32(s[j * stride]); break; }
+    case LOOM_I32: { const int32_t *s = src; for (int64_t j = 0; j < n; j++) dst[j] = (float)s[j * stride]; break; }
+    case LOOM_I64: { const int64_t *s = src; for (int64_t j = 0; j < n; j++) dst[j] = (float)s[j * stride]; break; }
+    case LOOM_U8: { const uint8_t *s = src; for (int64_t j = 0; j < n; j++) dst[j] = (float)s[j * stride]; break; }
+  }
+}
+
+void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, const float *src) {
+  switch (dt) {
+    case LOOM_F32: {
+      float *d = dst;
+      if (stride == 1) memcpy(d, src, (size_t)n * sizeof(float));
+      else for (int64_t j = 0; j < n; j++) d[j * stride] = src[j];
+      break;
+    }
+    case LOOM_F16: { uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_half_from_f32(src[j]); break; }
+    case LOOM_BF16: { uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_bfloat_from_f32(src[j]); break; }
+    case LOOM_I32: { int32_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = (int32_t)src[j]; break; }
+    case LOOM_I64: { int64_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = (int64_t)src[j]; break; }
+    case LOOM_U8: { uint8_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = (uint8_t)src[j]; break; }
+  }
+}
+
+double loom_cpu_load_f64(const void *base, loom_dtype dt, int64_t i) {
+  switch (dt) {
+    case LOOM_F32: return ((const float *)base)[i];
+    case LOOM_F16: return loom_half_to_f32(((const uint16_t *)base)[i]);
+    case LOOM_BF16: return loom_bfloat_to_f32(((const uint16_t *)base)[i]);
+    case LOOM_I32: return ((const int32_t *)base)[i];
+    case LOOM_I64: return (double)((const int64_t *)base)[i];
+    case LOOM_U8: return ((const uint8_t *)base)[i];
+  }
+  return 0;
+}
+
+void loom_cpu_store_f64(void *base, loom_dtype dt, int64_t i, double v) {
+  switch (dt) {
+    case LOOM_F32: ((float *)base)[i] = (float)v; break;
+    case LOOM_F16: ((uint16_t *)base)[i] = loom_half_from_f32((float)v); break;
+    case LOOM_BF16: ((uint16_t *)base)[i] = loom_bfloat_from_f32((float)v); break;
+    case LOOM_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case LOOM_I64: ((int64_t *)base)[i] = (int64_t)v; break;
+    case LOOM_U8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+  }
+}
+
+void loom_iter_init(loom_iter *it, int nops, loom_tensor *const *ops) {
+  const loom_tensor *out = ops[0];
+  int nd = out->ndim;
+  it->nops = nops;
+  int64_t shape[LOOM_MAX_DIMS];
+  int64_t st[3][LOOM_MAX_DIMS];
+  for (int d = 0; d < nd; d++) shape[d] = out->shape[d];
+  for (int k = 0; k < nops; k++) {
+    const loom_tensor *t = ops[k];
+    int off = nd - t->ndim;
+    for (int d = 0; d < nd; d++) {
+      int td = d - off;
+      if (td < 0 || t->shape[td] == 1) st[k][d] = 0;
+      else st[k][d] = t->strides[td];
+    }
+  }
+  /* Drop size-1 dims, then coalesce neighbours that are contiguous for all. */
+  int n = 0;
+  for (int d = 0; d < nd; d++) {
+    if (shape[d] == 1) continue;
+    if (n > 0) {
+      int ok = 1;
+      for (int k = 0; k < nops; k++)
+        if (it->strides[k][n - 1] != st[k][d] * shape[d]) { ok = 0; break; }
+      if (ok) {
+        it->shape[n - 1] *= shape[d];
+        for (int k = 0; k < nops; k++) it->strides[k][n - 1] = st[k][d];
+        continue;
+      }
+    }
+    it->shape[n] = shape[d];
+    for (int k = 0; k < nops; k++) it->strides[k][n] = st[k][d];
+    n++;
+  }
+  if (n == 0) {
+    it->shape[0] = 1;
+    for (int k = 0; k < nops; k++) it->strides[k][0] = 1;
+    n = 1;
+  }
+  it->ndim = n;
+  it->inner = it->shape[n - 1];
+  it->rows = 1;
+  for (int d = 0; d < n - 1; d++) it->rows *= it->shape[d];
+}
+
+void loom_iter_row_offsets(const loom_iter *it, int64_t r, int64_t *offs) {
+  for (int k = 0; k < it->nops; k++) offs[k] = 0;
+  for (int d = it->ndim - 2; d >= 0; d--) {
+    int64_t idx = r % it->shape[d];
+    r /= it->shape[d];
+    for (int k = 0; k < it->nops; k++) offs[k] += idx * it->strides[k][d];
+  }
+}

@@ -1,0 +1,425 @@
+/* gemm.c — the CPU SGEMM behind matmul/linear/conv: dispatch to OpenBLAS when
+ * it is linked, otherwise (or when forced) loom's own cache-blocked, packed
+ * GEMM in the GotoBLAS/BLIS style.
+ *
+ * Built-in algorithm, for each (NC-wide column panel, KC-deep slice):
+ *   1. all threads cooperatively pack the KC x NC slice of op(B) into NR-wide
+ *      slivers (contiguous, zero-padded, aligned) — shared, lives in L2/L3;
+ *   2. each thread packs its own MC x KC block of op(A) into MR-tall slivers
+ *      (lives in L2) and runs the MR x NR micro-kernel over its tiles, with the
+ *      B sliver staying in L1 across the MR slivers of A.
+ * Transposes are absorbed by the packing routines, so one micro-kernel serves
+ * all four combinations. Each C element is always produced by the same
+ * micro-kernel with the same k order, whichever thread computes it, so results
+ * are bit-identical for any thread count.
+ *
+ * The micro-kernel is chosen at run time (AVX-512, AVX2+FMA, or portable C),
+ * because the library is compiled for baseline x86-64 and must run anywhere. */
+#include "ops/cpu/gemm.h"
+#include "ops/cpu/gemm_internal.h"
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef LOOM_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Portable micro-kernel: plain C that compilers vectorize for whatever the
+ * baseline ISA is (SSE2 on x86-64, NEON on AArch64). 4 x 8 keeps the tile in
+ * 8 SSE registers, so it does not spill on the smallest register file. */
+enum { GEN_MR = 4, GEN_NR = 8 };
+
+static void ukr_generic_4x8(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
+                            int64_t ldc, float alpha, float beta)
+{
+  float acc[GEN_MR][GEN_NR] = {{0}};
+  for (int64_t k = 0; k < kc; k++) {
+#pragma GCC unroll 4
+    for (int i = 0; i < GEN_MR; i++) {
+      const float av = a[i];
+#pragma GCC unroll 8
+      for (int j = 0; j < GEN_NR; j++) acc[i][j] += av * b[j];
+    }
+    a += GEN_MR;
+    b += GEN_NR;
+  }
+  for (int i = 0; i < GEN_MR; i++) {
+    float *r = c + i * ldc;
+    if (beta == 0.0f) {
+      for (int j = 0; j < GEN_NR; j++) r[j] = alpha * acc[i][j];
+    } else {
+      for (int j = 0; j < GEN_NR; j++) r[j] = alpha * acc[i][j] + beta * r[j];
+    }
+  }
+}
+
+/* Blocking: MC x KC of A (floats) should sit in half of L2, a KC x NR sliver
+ * of B in L1, the KC x NC panel of B in L3. MC is a multiple of MR and NC of
+ * NR so only the true matrix edges produce partial tiles. */
+static const loom_gemm_kernel k_generic = {"generic", GEN_MR, GEN_NR, 128, 256, 4096, ukr_generic_4x8};
+#if defined(__x86_64__)
+static const loom_gemm_kernel k_avx2 = {"avx2", 6, 16, 144, 256, 4096, loom_gemm_ukr_avx2_6x16};
+static const loom_gemm_kernel k_avx512 = {"avx512", 12, 32, 192, 256, 4096, loom_gemm_ukr_avx512_12x32};
+#endif
+/* Not a kernel: selects the unpacked fallback loop, so tests can cover the
+   path normally taken only when the packing buffers cannot be allocated. */
+static const loom_gemm_kernel k_unpacked = {"unpacked", 1, 1, 1, 1, 1, NULL};
+enum { MAX_MR = 12, MAX_NR = 32 };
+
+/* ------------------------------------------------------------------------ */
+/* Global switches. Atomics: ops may run GEMMs from several threads. */
+static _Atomic(const loom_gemm_kernel *) g_kernel = NULL;
+static atomic_bool g_force_builtin = false;
+static atomic_int g_threads = 0;
+
+static const loom_gemm_kernel *best_kernel(void)
+{
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return &k_avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &k_avx2;
+#endif
+  return &k_generic;
+}
+
+static const loom_gemm_kernel *current_kernel(void)
+{
+  const loom_gemm_kernel *k = atomic_load_explicit(&g_kernel, memory_order_acquire);
+  if (!k) {
+    /* Racing first calls compute the same answer; whichever store wins is fine. */
+    k = best_kernel();
+    atomic_store_explicit(&g_kernel, k, memory_order_release);
+  }
+  return k;
+}
+
+bool loom_cpu_gemm_select_builtin(const char *name)
+{
+  const loom_gemm_kernel *k = NULL;
+  if (!name) {
+    k = best_kernel();
+  } else if (strcmp(name, "generic") == 0) {
+    k = &k_generic;
+  } else if (strcmp(name, "unpacked") == 0) {
+    k = &k_unpacked;
+  }
+#if defined(__x86_64__)
+  else if (strcmp(name, "avx2") == 0) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) k = &k_avx2;
+  } else if (strcmp(name, "avx512") == 0) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) k = &k_avx512;
+  }
+#endif
+  if (!k) return false;
+  atomic_store_explicit(&g_kernel, k, memory_order_release);
+  return true;
+}
+
+void loom_cpu_gemm_force_builtin(bool on) { atomic_store(&g_force_builtin, on); }
+
+void loom_cpu_gemm_set_threads(int n)
+{
+  atomic_store(&g_threads, n > 0 ? n : 0);
+#if defined(LOOM_HAVE_CBLAS) && defined(OPENBLAS_VERSION)
+  /* OpenBLAS keeps its own pool; keep it in step so the two paths use the
+     same number of cores. */
+  openblas_set_num_threads(n > 0 ? n : openblas_get_num_procs());
+#endif
+}
+
+const char *loom_cpu_gemm_impl(void)
+{
+#ifdef LOOM_HAVE_CBLAS
+  if (!atomic_load(&g_force_builtin)) return "openblas";
+#endif
+  const loom_gemm_kernel *k = current_kernel();
+#if defined(__x86_64__)
+  if (k == &k_avx512) return "builtin-avx512";
+  if (k == &k_avx2) return "builtin-avx2";
+#endif
+  if (k == &k_unpacked) return "builtin-unpacked";
+  return "builtin-generic";
+}
+
+/* ------------------------------------------------------------------------ */
+typedef struct gemm_args {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+  const float *A, *B;
+  float *C;
+  int64_t lda, ldb, ldc;
+} gemm_args;
+
+/* C = beta * C, where beta == 0 writes zeros without reading (NaN-safe). */
+static void scale_c(const gemm_args *g)
+{
+  for (int64_t i = 0; i < g->M; i++) {
+    float *r = g->C + i * g->ldc;
+    if (g->beta == 0.0f) {
+      memset(r, 0, (size_t)g->N * sizeof(float));
+    } else if (g->beta != 1.0f) {
+      for (int64_t j = 0; j < g->N; j++) r[j] *= g->beta;
+    }
+  }
+}
+
+/* Last resort when the packing buffers cannot be allocated: slow but correct,
+   needs no memory. i-k-j order keeps the innermost loop unit-stride in C. */
+static void gemm_unpacked(const gemm_args *g)
+{
+  scale_c(g);
+  for (int64_t i = 0; i < g->M; i++) {
+    float *r = g->C + i * g->ldc;
+    for (int64_t k = 0; k < g->K; k++) {
+      const float a = g->alpha * (g->ta ? g->A[k * g->lda + i] : g->A[i * g->lda + k]);
+      if (g->tb) {
+        for (int64_t j = 0; j < g->N; j++) r[j] += a * g->B[j * g->ldb + k];
+      } else {
+        const float *b = g->B + k * g->ldb;
+        for (int64_t j = 0; j < g->N; j++) r[j] += a * b[j];
+      }
+    }
+  }
+}
+
+/* Pack rows [i0, i0+m) x cols [k0, k0+kc) of op(A) into MR-row slivers:
+   sliver s holds, for each k, MR consecutive floats (rows past m are 0). */
+static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0, int64_t kc, float *restrict dst)
+{
+  for (int64_t s = 0; s < m; s += mr, dst += (int64_t)mr * kc) {
+    const int64_t rows = m - s < mr ? m - s : mr;
+    if (!g->ta) {
+      /* A is [M,K]: each row of the sliver is contiguous in k. */
+      for (int64_t r = 0; r < rows; r++) {
+        const float *src = g->A + (i0 + s + r) * g->lda + k0;
+        for (int64_t k = 0; k < kc; k++) dst[k * mr + r] = src[k];
+      }
+      for (int64_t r = rows; r < mr; r++)
+        for (int64_t k = 0; k < kc; k++) dst[k * mr + r] = 0.0f;
+    } else {
+      /* A is [K,M]: the MR values for one k are contiguous. */
+      for (int64_t k = 0; k < kc; k++) {
+        const float *src = g->A + (k0 + k) * g->lda + i0 + s;
+        float *d = dst + k * mr;
+        int64_t r = 0;
+        for (; r < rows; r++) d[r] = src[r];
+        for (; r < mr; r++) d[r] = 0.0f;
+      }
+    }
+  }
+}
+
+/* Pack one NR-column sliver: cols [j0, j0+n) x rows [k0, k0+kc) of op(B),
+   as kc groups of NR floats (cols past n are 0). */
+static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                          float *restrict dst)
+{
+  if (!g->tb) {
+    /* B is [K,N]: the NR values for one k are contiguous. */
+    for (int64_t k = 0; k < kc; k++) {
+      const float *src = g->B + (k0 + k) * g->ldb + j0;
+      float *d = dst + k * nr;
+      int64_t c = 0;
+      for (; c < n; c++) d[c] = src[c];
+      for (; c < nr; c++) d[c] = 0.0f;
+    }
+  } else {
+    /* B is [N,K]: each column of the sliver is contiguous in k. Walk k in
+       short blocks so the NR source rows and the destination stay in L1. */
+    for (int64_t kb = 0; kb < kc; kb += 64) {
+      const int64_t ke = kb + 64 < kc ? kb + 64 : kc;
+      for (int64_t c = 0; c < n; c++) {
+        const float *src = g->B + (j0 + c) * g->ldb + k0;
+        for (int64_t k = kb; k < ke; k++) dst[k * nr + c] = src[k];
+      }
+      for (int64_t c = n; c < nr; c++)
+        for (int64_t k = kb; k < ke; k++) dst[k * nr + c] = 0.0f;
+    }
+  }
+}
+
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Split nt threads into a tm x tn grid over (row tiles, column slivers) that
+   minimizes the largest per-thread tile count; ties go to splitting M, since
+   then no A block is packed twice. */
+static void thread_grid(int nt, int64_t mtiles, int64_t ntiles, int *tm_out, int *tn_out)
+{
+  int best_tm = nt, best_tn = 1;
+  int64_t best = INT64_MAX;
+  for (int tm = nt; tm >= 1; tm--) {
+    if (nt % tm) continue;
+    const int tn = nt / tm;
+    const int64_t cost = ceil_div(mtiles, tm) * ceil_div(ntiles, tn);
+    if (cost < best) {
+      best = cost;
+      best_tm = tm;
+      best_tn = tn;
+    }
+  }
+  *tm_out = best_tm;
+  *tn_out = best_tn;
+}
+
+/* Write an edge tile (rows x cols of the MR x NR result in tmp) into C. */
+static void merge_edge(float *c, int64_t ldc, const float *tmp, int nr, int64_t rows, int64_t cols, float alpha,
+                       float beta)
+{
+  for (int64_t i = 0; i < rows; i++) {
+    float *r = c + i * ldc;
+    const float *t = tmp + i * nr;
+    if (beta == 0.0f) {
+      for (int64_t j = 0; j < cols; j++) r[j] = alpha * t[j];
+    } else {
+      for (int64_t j = 0; j < cols; j++) r[j] = alpha * t[j] + beta * r[j];
+    }
+  }
+}
+
+/* One thread's share of one (jc, pc) step: rows [m_lo, m_hi) of C, slivers
+   [s_lo, s_hi) of the packed B panel starting at column jc. */
+static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const float *bpack, float *apack,
+                          int64_t jc, int64_t nc, int64_t pc, int64_t kc, float beta, int64_t m_lo, int64_t m_hi,
+                          int64_t s_lo, int64_t s_hi)
+{
+  const int mr = kn->mr, nr = kn->nr;
+  float tmp[MAX_MR * MAX_NR] __attribute__((aligned(64)));
+  for (int64_t ic = m_lo; ic < m_hi; ic += kn->mc) {
+    const int64_t mc = min64(kn->mc, m_hi - ic);
+    pack_a(g, mr, ic, mc, pc, kc, apack);
+    for (int64_t s = s_lo; s < s_hi; s++) {
+      const int64_t j = jc + s * nr;
+      const int64_t cols = min64(nr, jc + nc - j);
+      const float *b = bpack + s * kc * nr;
+      for (int64_t ir = 0; ir < mc; ir += mr) {
+        const int64_t rows = min64(mr, mc - ir);
+        const float *a = apack + (ir / mr) * kc * mr;
+        float *c = g->C + (ic + ir) * g->ldc + j;
+        if (rows == mr && cols == nr) {
+          kn->ukr(kc, a, b, c, g->ldc, g->alpha, beta);
+        } else {
+          kn->ukr(kc, a, b, tmp, nr, 1.0f, 0.0f);
+          merge_edge(c, g->ldc, tmp, nr, rows, cols, g->alpha, beta);
+        }
+      }
+    }
+  }
+}
+
+static void gemm_builtin(const gemm_args *g)
+{
+  const loom_gemm_kernel *kn = current_kernel();
+  if (!kn->ukr) {
+    gemm_unpacked(g);
+    return;
+  }
+  const int mr = kn->mr, nr = kn->nr;
+  const int64_t M = g->M, N = g->N, K = g->K;
+
+  /* Buffers only as large as this problem needs. */
+  const int64_t kc_max = min64(kn->kc, K);
+  const int64_t nc_max = ceil_div(min64(kn->nc, N), nr) * nr;
+  const int64_t mc_max = min64(kn->mc, ceil_div(M, mr) * mr);
+  const int64_t mtiles = ceil_div(M, mr);
+  const int64_t ntiles = ceil_div(min64(kn->nc, N), nr);
+
+  int nt = atomic_load(&g_threads);
+#ifdef _OPENMP
+  if (nt <= 0) nt = omp_get_max_threads();
+  if (omp_in_parallel()) nt = 1; /* caller already parallel: do not oversubscribe */
+#else
+  nt = 1;
+#endif
+  /* Below ~64^3 multiply-adds the fork/join and barriers cost more than they save. */
+  if ((double)M * (double)N * (double)K < 262144.0) nt = 1;
+  if (nt > mtiles * ntiles) nt = (int)(mtiles * ntiles);
+  if (nt < 1) nt = 1;
+
+  /* 16 floats = 64 bytes: keep every per-thread A buffer cache-line aligned. */
+  const int64_t b_floats = ceil_div(kc_max * nc_max, 16) * 16;
+  const int64_t a_floats = ceil_div(kc_max * mc_max, 16) * 16;
+  const size_t bytes = (size_t)(b_floats + (int64_t)nt * a_floats) * sizeof(float);
+  float *buf = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
+  if (!buf) {
+    gemm_unpacked(g);
+    return;
+  }
+  float *bpack = buf;
+  float *apack_all = buf + b_floats;
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+  {
+    int tid = 0, team = 1;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+    team = omp_get_num_threads(); /* may be fewer than asked for */
+#endif
+    float *apack = apack_all + (int64_t)tid * a_floats;
+    int tm, tn;
+    thread_grid(team, mtiles, ntiles, &tm, &tn);
+    const int ti = tid / tn, tj = tid % tn;
+    const int64_t m_lo = min64(M, (mtiles * ti / tm) * mr);
+    const int64_t m_hi = min64(M, (mtiles * (ti + 1) / tm) * mr);
+
+    for (int64_t jc = 0; jc < N; jc += kn->nc) {
+      const int64_t nc = min64(kn->nc, N - jc);
+      const int64_t nslv = ceil_div(nc, nr);
+      const int64_t s_lo = nslv * tj / tn, s_hi = nslv * (tj + 1) / tn;
+      for (int64_t pc = 0; pc < K; pc += kn->kc) {
+        const int64_t kc = min64(kn->kc, K - pc);
+        /* The caller's beta applies once; later k slices accumulate. */
+        const float beta = pc == 0 ? g->beta : 1.0f;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t s = 0; s < nslv; s++)
+          pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * kc * nr);
+        /* (implicit barrier: the whole panel is packed) */
+        compute_block(kn, g, bpack, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
+#ifdef _OPENMP
+        /* Nobody repacks B while another thread still reads it. */
+#pragma omp barrier
+#endif
+      }
+    }
+  }
+  free(buf);
+}
+
+/* ------------------------------------------------------------------------ */
+void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+  if (M <= 0 || N <= 0) return;
+  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc};
+  /* Nothing to multiply: only the beta part, never touching A or B (which
+     may be NULL or have degenerate leading dims when K == 0). */
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(&g);
+    return;
+  }
+#ifdef LOOM_HAVE_CBLAS
+  /* CBLAS takes int; anything larger goes to the built-in kernel. */
+  const bool fits = M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+                    ldc <= INT_MAX;
+  if (fits && !atomic_load(&g_force_builtin)) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
+                (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return;
+  }
+#endif
+  gemm_builtin(&g);
+}

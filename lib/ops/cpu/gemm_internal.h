@@ -1,0 +1,32 @@
+/* gemm_internal.h (internal) — the contract between the blocked GEMM driver
+ * (gemm.c) and its register-blocked micro-kernels (gemm_x86.c, and the
+ * generic one in gemm.c). Kept separate so ISA-specific kernels can live in
+ * their own file without the driver knowing about intrinsics. */
+#ifndef LOOM_OPS_CPU_GEMM_INTERNAL_H
+#define LOOM_OPS_CPU_GEMM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Computes the full MR x NR tile C = alpha * (a · b) + beta * C over kc steps.
+   a: packed A sliver, kc groups of MR floats (column k of the tile's rows).
+   b: packed B sliver, kc groups of NR floats, 64-byte aligned.
+   beta == 0: C is not read. */
+typedef void (*loom_gemm_ukr_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                 float alpha, float beta);
+
+typedef struct loom_gemm_kernel {
+  const char *name;   /* "avx512", "avx2", "generic" */
+  int mr, nr;         /* micro-tile */
+  int mc, kc, nc;     /* cache blocking: A block mc x kc (L2), B panel kc x nc (L3) */
+  loom_gemm_ukr_fn ukr;
+} loom_gemm_kernel;
+
+#if defined(__x86_64__)
+void loom_gemm_ukr_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                             float alpha, float beta);
+void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                float alpha, float beta);
+#endif
+
+#endif

@@ -1,0 +1,125 @@
+/* gemm_x86.c — AVX2+FMA and AVX-512 micro-kernels for the built-in GEMM.
+ *
+ * The library is compiled for baseline x86-64, so each kernel carries its own
+ * target attribute and gemm.c only calls it after __builtin_cpu_supports says
+ * the CPU (and OS) can run it. Nothing here may be called unconditionally.
+ *
+ * Both kernels keep the whole C tile in registers for the kc loop: each step
+ * loads one row of the packed B sliver (NR floats, aligned) and broadcasts MR
+ * values of the packed A sliver, so every loaded byte feeds several FMAs. */
+#include "ops/cpu/gemm_internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* ---- AVX2 + FMA: 6 x 16 tile = 12 ymm accumulators (+2 for B, 1 for A). */
+__attribute__((target("avx2,fma")))
+void loom_gemm_ukr_avx2_6x16(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
+                             int64_t ldc, float alpha, float beta)
+{
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+
+  /* Touch the C rows early so the write-back does not stall on misses. */
+  for (int i = 0; i < 6; i++) _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+
+#define LOOM_AVX2_STEP(ai, bi)                                                   \
+  do {                                                                           \
+    __m256 b0 = _mm256_load_ps(b + (bi)), b1 = _mm256_load_ps(b + (bi) + 8);     \
+    __m256 av;                                                                   \
+    av = _mm256_broadcast_ss(a + (ai) + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01); \
+    av = _mm256_broadcast_ss(a + (ai) + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11); \
+    av = _mm256_broadcast_ss(a + (ai) + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21); \
+    av = _mm256_broadcast_ss(a + (ai) + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31); \
+    av = _mm256_broadcast_ss(a + (ai) + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41); \
+    av = _mm256_broadcast_ss(a + (ai) + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51); \
+  } while (0)
+
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    _mm_prefetch((const char *)(b + 64 * 4), _MM_HINT_T0);
+    LOOM_AVX2_STEP(0, 0);
+    LOOM_AVX2_STEP(6, 16);
+    LOOM_AVX2_STEP(12, 32);
+    LOOM_AVX2_STEP(18, 48);
+    a += 24;
+    b += 64;
+  }
+  for (; k < kc; k++) {
+    LOOM_AVX2_STEP(0, 0);
+    a += 6;
+    b += 16;
+  }
+#undef LOOM_AVX2_STEP
+
+  const __m256 va = _mm256_set1_ps(alpha);
+  __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+  if (beta == 0.0f) {
+    for (int i = 0; i < 6; i++) {
+      _mm256_storeu_ps(c + i * ldc, _mm256_mul_ps(va, acc[2 * i]));
+      _mm256_storeu_ps(c + i * ldc + 8, _mm256_mul_ps(va, acc[2 * i + 1]));
+    }
+  } else {
+    const __m256 vb = _mm256_set1_ps(beta);
+    for (int i = 0; i < 6; i++) {
+      float *r = c + i * ldc;
+      _mm256_storeu_ps(r, _mm256_fmadd_ps(va, acc[2 * i], _mm256_mul_ps(vb, _mm256_loadu_ps(r))));
+      _mm256_storeu_ps(r + 8, _mm256_fmadd_ps(va, acc[2 * i + 1], _mm256_mul_ps(vb, _mm256_loadu_ps(r + 8))));
+    }
+  }
+}
+
+/* ---- AVX-512: 12 x 32 tile = 24 zmm accumulators (+2 for B, 1 for A) out of
+ * 32 registers; the same shape BLIS uses for SKX (transposed for row-major). */
+__attribute__((target("avx512f")))
+void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *restrict a, const float *restrict b,
+                                float *restrict c, int64_t ldc, float alpha, float beta)
+{
+  __m512 acc0[12], acc1[12];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) {
+    acc0[i] = _mm512_setzero_ps();
+    acc1[i] = _mm512_setzero_ps();
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+
+  for (int64_t k = 0; k < kc; k++) {
+    _mm_prefetch((const char *)(b + 32 * 8), _MM_HINT_T0);
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+      const __m512 av = _mm512_set1_ps(a[i]);
+      acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
+    }
+    a += 12;
+    b += 32;
+  }
+
+  const __m512 va = _mm512_set1_ps(alpha);
+  if (beta == 0.0f) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+      _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc0[i]));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc1[i]));
+    }
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+      float *r = c + i * ldc;
+      _mm512_storeu_ps(r, _mm512_fmadd_ps(va, acc0[i], _mm512_mul_ps(vb, _mm512_loadu_ps(r))));
+      _mm512_storeu_ps(r + 16, _mm512_fmadd_ps(va, acc1[i], _mm512_mul_ps(vb, _mm512_loadu_ps(r + 16))));
+    }
+  }
+}
+
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int loom_gemm_x86_unused;
+#endif

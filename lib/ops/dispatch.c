@@ -1,0 +1,95 @@
+/* dispatch.c — running an op: NULL propagation, device and dtype checks, the
+ * shape rule, output allocation, the device's kernel, autograd recording,
+ * and handing results to the ownership rule. */
+#include <stdio.h>
+
+#include "autograd/node.h"
+#include "ops/op.h"
+
+static loom_status check_inputs(const loom_op_def *d, loom_op_args *a) {
+  for (int k = 0; k < d->n_in; k++) {
+    if (!a->in[k]) {
+      /* An earlier call failed and returned NULL: keep its code and message,
+       * which name the root cause, so a one-line expression is checked once. */
+      if (loom_last_status() == LOOM_OK)
+        return loom_set_error(LOOM_ERR_NULL_INPUT, "%s: input %d is NULL", d->name, k);
+      return loom_last_status();
+    }
+  }
+  loom_device dev = a->in[0]->storage->device;
+  for (int k = 1; k < a->n_in; k++) {
+    if (!a->in[k]) continue;
+    loom_device dk = a->in[k]->storage->device;
+    if (!loom_device_eq(dev, dk)) {
+      char b1[32], b2[32];
+      return loom_set_error(LOOM_ERR_DEVICE, "%s: input 0 is on %s but input %d is on %s; move them to one device first",
+                            d->name, loom_device_str(dev, b1, 32), k, loom_device_str(dk, b2, 32));
+    }
+    if (d->same_dtype && a->in[k]->dtype != a->in[0]->dtype)
+      return loom_set_error(LOOM_ERR_DTYPE, "%s: input 0 is %s but input %d is %s; cast one of them first", d->name,
+                            loom_dtype_name(a->in[0]->dtype), k, loom_dtype_name(a->in[k]->dtype));
+  }
+  return LOOM_OK;
+}
+
+static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
+  const loom_op_def *d = loom_op_get(id);
+  if (!d || !d->infer) return loom_set_error(LOOM_ERR_INTERNAL, "op %d is not runnable", (int)id);
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) a->out[k] = NULL;
+  a->n_out = 0;
+  if (a->n_in < d->n_in) a->n_in = d->n_in;
+  LOOM_TRY(check_inputs(d, a));
+  loom_out_spec spec[LOOM_OP_MAX_OUT];
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) spec[k].ndim = -1;
+  LOOM_TRY(d->infer(d->name, a, spec));
+  loom_device dev = a->in[0]->storage->device;
+  loom_kernel_fn kernel = dev.kind == LOOM_CPU ? d->cpu : d->cuda;
+  if (!kernel) {
+    char b[32];
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: no kernel for device %s in this build", d->name,
+                          loom_device_str(dev, b, 32));
+  }
+  for (int k = 0; k < d->n_out; k++) {
+    if (spec[k].ndim < 0) continue;
+    a->out[k] = loom_tensor_alloc_raw(spec[k].ndim, spec[k].shape, spec[k].dtype, dev);
+    if (!a->out[k]) goto fail;
+  }
+  a->n_out = d->n_out;
+  if (kernel(a) != LOOM_OK) {
+    if (loom_last_status() != LOOM_OK) loom_error_prefix("%s", d->name);
+    goto fail;
+  }
+  if (record && d->backward && loom_is_grad_enabled()) {
+    bool any = false;
+    for (int k = 0; k < a->n_in; k++) any = any || loom_requires_grad(a->in[k]);
+    if (any && loom_node_record(id, a) != LOOM_OK) goto fail;
+  }
+  return LOOM_OK;
+fail:
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) {
+    loom_tensor_release(a->out[k]);
+    a->out[k] = NULL;
+  }
+  return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
+}
+
+loom_tensor *loom_op_run(loom_op_id id, loom_op_args *a) {
+  if (run(id, a, true) != LOOM_OK) return NULL;
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) loom_tensor_adopt(a->out[k]);
+  return a->out[0];
+}
+
+loom_status loom_op_run_into(loom_op_id id, loom_op_args *a) {
+  const loom_op_def *d = loom_op_get(id);
+  if (!d) return loom_set_error(LOOM_ERR_INTERNAL, "op %d is not runnable", (int)id);
+  for (int k = 0; k < d->n_in; k++)
+    if (!a->in[k]) return loom_set_error(LOOM_ERR_NULL_INPUT, "%s: input %d is NULL", d->name, k);
+  loom_device dev = a->in[0]->storage->device;
+  loom_kernel_fn kernel = dev.kind == LOOM_CPU ? d->cpu : d->cuda;
+  if (!kernel) {
+    char b[32];
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: no kernel for device %s in this build", d->name,
+                          loom_device_str(dev, b, 32));
+  }
+  return kernel(a);
+}

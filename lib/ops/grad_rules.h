@@ -1,0 +1,32 @@
+/* grad_rules.h (internal) — backward rules of the op table. */
+#ifndef LOOM_OPS_GRAD_RULES_H
+#define LOOM_OPS_GRAD_RULES_H
+#include "autograd/node.h"
+
+#define LOOM_GRAD_RULE(name) loom_status name(loom_node *n, loom_tensor *gy, loom_tensor **gx)
+LOOM_GRAD_RULE(loom_grad_add);
+LOOM_GRAD_RULE(loom_grad_sub);
+LOOM_GRAD_RULE(loom_grad_mul);
+LOOM_GRAD_RULE(loom_grad_div);
+LOOM_GRAD_RULE(loom_grad_add_scalar);
+LOOM_GRAD_RULE(loom_grad_mul_scalar);
+LOOM_GRAD_RULE(loom_grad_rsub_scalar);
+LOOM_GRAD_RULE(loom_grad_rdiv_scalar);
+LOOM_GRAD_RULE(loom_grad_pow_scalar);
+LOOM_GRAD_RULE(loom_grad_neg);
+LOOM_GRAD_RULE(loom_grad_exp);
+LOOM_GRAD_RULE(loom_grad_log);
+LOOM_GRAD_RULE(loom_grad_sqrt);
+LOOM_GRAD_RULE(loom_grad_relu);
+LOOM_GRAD_RULE(loom_grad_sum);
+LOOM_GRAD_RULE(loom_grad_max);
+LOOM_GRAD_RULE(loom_grad_matmul);
+LOOM_GRAD_RULE(loom_grad_linear);
+LOOM_GRAD_RULE(loom_grad_log_softmax);
+LOOM_GRAD_RULE(loom_grad_cross_entropy);
+LOOM_GRAD_RULE(loom_grad_copy);
+LOOM_GRAD_RULE(loom_grad_view_reshape);
+LOOM_GRAD_RULE(loom_grad_view_permute);
+LOOM_GRAD_RULE(loom_grad_view_slice);
+LOOM_GRAD_RULE(loom_grad_view_expand);
+#endif

@@ -1,0 +1,103 @@
+/* op.h (internal) — the op table: every op has a name, a shape rule, a CPU
+ * kernel, a CUDA kernel and a backward rule written with other ops
+ * (DESIGN.md §5). Adding an op touches one table entry, two kernels and one
+ * test. */
+#ifndef LOOM_OPS_OP_H
+#define LOOM_OPS_OP_H
+
+#include "loom/ops.h"
+#include "loom/autograd.h"
+#include "tensor/tensor_internal.h"
+
+#define LOOM_OP_MAX_IN 4
+#define LOOM_OP_MAX_OUT 3
+#define LOOM_OP_MAX_INTS 12
+
+/* Append-only within a build; the order is the table's order. */
+typedef enum loom_op_id {
+  LOOM_OP_ADD, LOOM_OP_SUB, LOOM_OP_MUL, LOOM_OP_DIV,
+  LOOM_OP_ADD_SCALAR, LOOM_OP_MUL_SCALAR, LOOM_OP_RSUB_SCALAR, LOOM_OP_RDIV_SCALAR, LOOM_OP_POW_SCALAR,
+  LOOM_OP_NEG, LOOM_OP_EXP, LOOM_OP_LOG, LOOM_OP_SQRT, LOOM_OP_RELU,
+  LOOM_OP_RELU_BACKWARD,   /* gy * (y > 0) */
+  LOOM_OP_EQ,              /* (a == b) as a's dtype (0/1) */
+  LOOM_OP_SUM, LOOM_OP_MAX, LOOM_OP_ARGMAX,
+  LOOM_OP_MATMUL,
+  LOOM_OP_LINEAR,          /* fused x·wᵀ + b (+ReLU) */
+  LOOM_OP_LINEAR_BACKWARD, /* dX, dW, db of the fused linear in one op */
+  LOOM_OP_LOG_SOFTMAX, LOOM_OP_LOG_SOFTMAX_BACKWARD,
+  LOOM_OP_CROSS_ENTROPY, LOOM_OP_CROSS_ENTROPY_BACKWARD,
+  LOOM_OP_COPY,            /* strided copy with dtype conversion (cast, contiguous) */
+  /* Views: no kernel, only a backward rule (recorded by lib/tensor/views.c). */
+  LOOM_OP_VIEW_RESHAPE, LOOM_OP_VIEW_PERMUTE, LOOM_OP_VIEW_SLICE, LOOM_OP_VIEW_EXPAND,
+  LOOM_OP_COUNT
+} loom_op_id;
+
+typedef struct loom_op_args {
+  loom_tensor *in[LOOM_OP_MAX_IN];
+  int n_in;
+  loom_tensor *out[LOOM_OP_MAX_OUT];
+  int n_out;
+  double f[4];                     /* scalar attributes */
+  int64_t i[LOOM_OP_MAX_INTS];     /* integer attributes (dims, flags) */
+} loom_op_args;
+
+/* What the shape rule decides about each output. */
+typedef struct loom_out_spec {
+  int ndim;
+  int64_t shape[LOOM_MAX_DIMS];
+  loom_dtype dtype;
+} loom_out_spec;
+
+struct loom_node;
+typedef loom_status (*loom_infer_fn)(const char *opname, const loom_op_args *a, loom_out_spec *out);
+typedef loom_status (*loom_kernel_fn)(loom_op_args *a);
+/* Given the node and d(out0), compute gx[k] for each input k with
+ * node->needs_grad[k] (others stay NULL), using ops. */
+typedef loom_status (*loom_backward_fn)(struct loom_node *n, loom_tensor *gy, loom_tensor **gx);
+
+/* Which tensors a node keeps for backward (bit k: input k; OUT0: output 0). */
+#define LOOM_SAVE_IN(k) (1u << (k))
+#define LOOM_SAVE_OUT0 (1u << 8)
+#define LOOM_SAVE_OUT1 (1u << 9)
+
+typedef struct loom_op_def {
+  const char *name;
+  int n_in;        /* required inputs (optional ones may be NULL beyond) */
+  int max_in;
+  int n_out;
+  loom_infer_fn infer;
+  loom_kernel_fn cpu;
+  loom_kernel_fn cuda;
+  loom_backward_fn backward;  /* NULL: not differentiable */
+  unsigned saves;
+  int same_dtype;             /* all inputs must share a dtype */
+} loom_op_def;
+
+const loom_op_def *loom_op_get(loom_op_id id);
+
+/* Run op id on args (in[], f[], i[] filled): checks NULL inputs, devices,
+ * shape rule; allocates outputs; runs the device's kernel; records autograd.
+ * Returns out[0] adopted by the ownership rule; out[1] (if any) is stored in
+ * a->out[1] and also adopted. NULL on failure. */
+loom_tensor *loom_op_run(loom_op_id id, loom_op_args *a);
+/* Run the kernel on preallocated outputs (no autograd, no adoption). */
+loom_status loom_op_run_into(loom_op_id id, loom_op_args *a);
+
+/* Helpers used by tensor/ and autograd/. */
+loom_status loom_copy_from_host_raw(loom_tensor *dst, const void *src);   /* dst contiguous */
+loom_status loom_copy_to_host_raw(loom_tensor *src, void *dst);           /* src contiguous */
+loom_status loom_convert_from_f64_host(loom_tensor *dst, const double *src);
+/* a += b in place (same shape), no autograd. */
+loom_status loom_add_inplace(loom_tensor *a, loom_tensor *b);
+/* Sum g down to shape (undo broadcasting). Returns a new tensor (scope rule). */
+loom_tensor *loom_sum_to_shape(loom_tensor *g, int ndim, const int64_t *shape);
+/* Broadcast view of t to shape (stride 0 on broadcast dims). */
+loom_tensor *loom_expand(loom_tensor *t, int ndim, const int64_t *shape);
+/* Broadcast two shapes; LOOM_ERR_SHAPE naming op if they do not agree. */
+loom_status loom_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb, int *nout,
+                                  int64_t *out);
+/* Normalize a possibly negative dim for ndim; error names op. */
+loom_status loom_norm_dim(const char *op, int dim, int ndim, int *out);
+loom_tensor *loom_eq(loom_tensor *a, loom_tensor *b);
+
+#endif

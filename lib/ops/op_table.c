@@ -1,0 +1,74 @@
+/* op_table.c — the op table: name, shape rule, CPU kernel, CUDA kernel,
+ * backward rule and what each op saves for backward. */
+#include "ops/cpu/cpu_kernels.h"
+#include "ops/elementwise_math.h"
+#include "ops/grad_rules.h"
+#include "ops/shape_rules.h"
+/* LOOM_CUDA_OPS: set once lib/ops/cuda provides every kernel below. */
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
+#include "ops/cuda/cuda_kernels.h"
+#define CUDA_K(fn) fn
+#else
+#define CUDA_K(fn) NULL
+#endif
+
+#define CPU_EW(name, kind, code) \
+  static loom_status name(loom_op_args *a) { return loom_cpu_ew_##kind(a, code); }
+CPU_EW(cpu_add, binary, LOOM_EW_ADD)
+CPU_EW(cpu_sub, binary, LOOM_EW_SUB)
+CPU_EW(cpu_mul, binary, LOOM_EW_MUL)
+CPU_EW(cpu_div, binary, LOOM_EW_DIV)
+CPU_EW(cpu_eq, binary, LOOM_EW_EQ)
+CPU_EW(cpu_relu_bw, binary, LOOM_EW_RELU_BW)
+CPU_EW(cpu_add_s, unary, LOOM_EW_ADD_S)
+CPU_EW(cpu_mul_s, unary, LOOM_EW_MUL_S)
+CPU_EW(cpu_rsub_s, unary, LOOM_EW_RSUB_S)
+CPU_EW(cpu_rdiv_s, unary, LOOM_EW_RDIV_S)
+CPU_EW(cpu_pow_s, unary, LOOM_EW_POW_S)
+CPU_EW(cpu_neg, unary, LOOM_EW_NEG)
+CPU_EW(cpu_exp, unary, LOOM_EW_EXP)
+CPU_EW(cpu_log, unary, LOOM_EW_LOG)
+CPU_EW(cpu_sqrt, unary, LOOM_EW_SQRT)
+CPU_EW(cpu_relu, unary, LOOM_EW_RELU)
+
+#define IN(k) LOOM_SAVE_IN(k)
+#define OUT0 LOOM_SAVE_OUT0
+
+/* name, n_in, max_in, n_out, infer, cpu, cuda, backward, saves, same_dtype */
+static const loom_op_def g_ops[LOOM_OP_COUNT] = {
+  [LOOM_OP_ADD] = {"add", 2, 2, 1, loom_infer_binary, cpu_add, CUDA_K(loom_cuda_add), loom_grad_add, 0, 1},
+  [LOOM_OP_SUB] = {"sub", 2, 2, 1, loom_infer_binary, cpu_sub, CUDA_K(loom_cuda_sub), loom_grad_sub, 0, 1},
+  [LOOM_OP_MUL] = {"mul", 2, 2, 1, loom_infer_binary, cpu_mul, CUDA_K(loom_cuda_mul), loom_grad_mul, IN(0) | IN(1), 1},
+  [LOOM_OP_DIV] = {"div", 2, 2, 1, loom_infer_binary, cpu_div, CUDA_K(loom_cuda_div), loom_grad_div, IN(0) | IN(1), 1},
+  [LOOM_OP_ADD_SCALAR] = {"add_scalar", 1, 1, 1, loom_infer_unary, cpu_add_s, CUDA_K(loom_cuda_add_scalar), loom_grad_add_scalar, 0, 0},
+  [LOOM_OP_MUL_SCALAR] = {"mul_scalar", 1, 1, 1, loom_infer_unary, cpu_mul_s, CUDA_K(loom_cuda_mul_scalar), loom_grad_mul_scalar, 0, 0},
+  [LOOM_OP_RSUB_SCALAR] = {"rsub_scalar", 1, 1, 1, loom_infer_unary, cpu_rsub_s, CUDA_K(loom_cuda_rsub_scalar), loom_grad_rsub_scalar, 0, 0},
+  [LOOM_OP_RDIV_SCALAR] = {"rdiv_scalar", 1, 1, 1, loom_infer_unary, cpu_rdiv_s, CUDA_K(loom_cuda_rdiv_scalar), loom_grad_rdiv_scalar, IN(0), 0},
+  [LOOM_OP_POW_SCALAR] = {"pow_scalar", 1, 1, 1, loom_infer_unary, cpu_pow_s, CUDA_K(loom_cuda_pow_scalar), loom_grad_pow_scalar, IN(0), 0},
+  [LOOM_OP_NEG] = {"neg", 1, 1, 1, loom_infer_unary, cpu_neg, CUDA_K(loom_cuda_neg), loom_grad_neg, 0, 0},
+  [LOOM_OP_EXP] = {"exp", 1, 1, 1, loom_infer_unary, cpu_exp, CUDA_K(loom_cuda_exp), loom_grad_exp, OUT0, 0},
+  [LOOM_OP_LOG] = {"log", 1, 1, 1, loom_infer_unary, cpu_log, CUDA_K(loom_cuda_log), loom_grad_log, IN(0), 0},
+  [LOOM_OP_SQRT] = {"sqrt", 1, 1, 1, loom_infer_unary, cpu_sqrt, CUDA_K(loom_cuda_sqrt), loom_grad_sqrt, OUT0, 0},
+  [LOOM_OP_RELU] = {"relu", 1, 1, 1, loom_infer_unary, cpu_relu, CUDA_K(loom_cuda_relu), loom_grad_relu, OUT0, 0},
+  [LOOM_OP_RELU_BACKWARD] = {"relu_backward", 2, 2, 1, loom_infer_binary, cpu_relu_bw, CUDA_K(loom_cuda_relu_backward), NULL, 0, 1},
+  [LOOM_OP_EQ] = {"eq", 2, 2, 1, loom_infer_binary, cpu_eq, CUDA_K(loom_cuda_eq), NULL, 0, 1},
+  [LOOM_OP_SUM] = {"sum", 1, 1, 1, loom_infer_reduce, loom_cpu_sum, CUDA_K(loom_cuda_sum), loom_grad_sum, 0, 0},
+  [LOOM_OP_MAX] = {"max", 1, 1, 1, loom_infer_reduce, loom_cpu_max, CUDA_K(loom_cuda_max), loom_grad_max, IN(0) | OUT0, 0},
+  [LOOM_OP_ARGMAX] = {"argmax", 1, 1, 1, loom_infer_argmax, loom_cpu_argmax, CUDA_K(loom_cuda_argmax), NULL, 0, 0},
+  [LOOM_OP_MATMUL] = {"matmul", 2, 2, 1, loom_infer_matmul, loom_cpu_matmul, CUDA_K(loom_cuda_matmul), loom_grad_matmul, IN(0) | IN(1), 1},
+  [LOOM_OP_LINEAR] = {"linear", 2, 3, 1, loom_infer_linear, loom_cpu_linear, CUDA_K(loom_cuda_linear), loom_grad_linear, IN(0) | IN(1) | OUT0, 1},
+  [LOOM_OP_LINEAR_BACKWARD] = {"linear_backward", 3, 4, 3, loom_infer_linear_backward, loom_cpu_linear_backward, CUDA_K(loom_cuda_linear_backward), NULL, 0, 0},
+  [LOOM_OP_LOG_SOFTMAX] = {"log_softmax", 1, 1, 1, loom_infer_log_softmax, loom_cpu_log_softmax, CUDA_K(loom_cuda_log_softmax), loom_grad_log_softmax, OUT0, 0},
+  [LOOM_OP_LOG_SOFTMAX_BACKWARD] = {"log_softmax_backward", 2, 2, 1, loom_infer_log_softmax, loom_cpu_log_softmax_backward, CUDA_K(loom_cuda_log_softmax_backward), NULL, 0, 1},
+  [LOOM_OP_CROSS_ENTROPY] = {"cross_entropy", 2, 2, 1, loom_infer_cross_entropy, loom_cpu_cross_entropy, CUDA_K(loom_cuda_cross_entropy), loom_grad_cross_entropy, IN(0) | IN(1), 0},
+  [LOOM_OP_CROSS_ENTROPY_BACKWARD] = {"cross_entropy_backward", 3, 3, 1, loom_infer_cross_entropy_backward, loom_cpu_cross_entropy_backward, CUDA_K(loom_cuda_cross_entropy_backward), NULL, 0, 0},
+  [LOOM_OP_COPY] = {"copy", 1, 1, 1, loom_infer_copy, loom_cpu_copy, CUDA_K(loom_cuda_copy), loom_grad_copy, 0, 0},
+  [LOOM_OP_VIEW_RESHAPE] = {"reshape", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_reshape, 0, 0},
+  [LOOM_OP_VIEW_PERMUTE] = {"permute", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_permute, 0, 0},
+  [LOOM_OP_VIEW_SLICE] = {"slice", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_slice, 0, 0},
+  [LOOM_OP_VIEW_EXPAND] = {"expand", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_expand, 0, 0},
+};
+
+const loom_op_def *loom_op_get(loom_op_id id) {
+  return (id >= 0 && id < LOOM_OP_COUNT) ? &g_ops[id] : NULL;
+}

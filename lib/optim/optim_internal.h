@@ -1,0 +1,30 @@
+/* optim_internal.h (internal) — the optimizer object, shared with lib/amp. */
+#ifndef LOOM_OPTIM_INTERNAL_H
+#define LOOM_OPTIM_INTERNAL_H
+
+#include "loom/optim.h"
+#include "optim/optim_kernels.h"
+#include "tensor/tensor_internal.h"
+
+enum { LOOM_OPTIM_SGD = 1, LOOM_OPTIM_ADAMW = 2 };
+
+struct loom_optimizer {
+  int kind;
+  int n;
+  loom_device device;
+  loom_tensor **params;   /* borrowed */
+  loom_tensor **buf1;     /* owned state: momentum / exp_avg */
+  loom_tensor **buf2;     /* owned state: exp_avg_sq */
+  double lr;
+  int64_t steps;
+  loom_sgd_options sgd;
+  loom_adamw_options adamw;
+};
+
+/* Gather the parameters that have gradients into g (arrays of o->n). */
+loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
+                                      float **b2, int64_t *numel);
+/* One fused update of g; counts the step. */
+loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g);
+
+#endif

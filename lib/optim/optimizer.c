@@ -1,0 +1,211 @@
+/* optimizer.c — SGD and AdamW over a list of f32 parameters. Each step is
+ * one fused multi-tensor update per device (lib/optim/optim_kernels.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/autograd.h"
+#include "loom/optim.h"
+#include "optim/optim_internal.h"
+
+loom_sgd_options loom_sgd_defaults(void) {
+  loom_sgd_options o = {sizeof(loom_sgd_options), 0.01, 0.0, 0.0, 0.0, false};
+  return o;
+}
+
+loom_adamw_options loom_adamw_defaults(void) {
+  loom_adamw_options o = {sizeof(loom_adamw_options), 1e-3, 0.9, 0.999, 1e-8, 0.01};
+  return o;
+}
+
+static loom_optimizer *opt_new(loom_tensor *const *params, int n, int kind, int nbufs) {
+  if (!params || n <= 0) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer: needs at least one parameter (got %d)", n);
+    return NULL;
+  }
+  for (int i = 0; i < n; i++) {
+    loom_tensor *p = params[i];
+    if (!p) {
+      loom_set_error(LOOM_ERR_NULL_INPUT, "optimizer: parameter %d is NULL", i);
+      return NULL;
+    }
+    if (p->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p) || p->grad_fn) {
+      loom_set_error(LOOM_ERR_INVALID_ARG,
+                     "optimizer: parameter %d must be a contiguous f32 leaf tensor (master weights are f32; got %s%s)", i,
+                     loom_dtype_name(p->dtype), p->grad_fn ? ", non-leaf" : "");
+      return NULL;
+    }
+    if (!loom_device_eq(p->storage->device, params[0]->storage->device)) {
+      loom_set_error(LOOM_ERR_DEVICE, "optimizer: parameter %d is on another device than parameter 0", i);
+      return NULL;
+    }
+  }
+  loom_optimizer *o = calloc(1, sizeof *o);
+  if (!o) goto oom;
+  o->kind = kind;
+  o->n = n;
+  o->device = params[0]->storage->device;
+  o->params = calloc((size_t)n, sizeof *o->params);
+  o->buf1 = calloc((size_t)n, sizeof *o->buf1);
+  o->buf2 = calloc((size_t)n, sizeof *o->buf2);
+  if (!o->params || !o->buf1 || !o->buf2) goto oom;
+  for (int i = 0; i < n; i++) {
+    o->params[i] = params[i];
+    for (int b = 0; b < nbufs; b++) {
+      loom_tensor *t = loom_tensor_alloc_raw(params[i]->ndim, params[i]->shape, LOOM_F32, o->device);
+      if (!t || loom_fill_(t, 0.0) != LOOM_OK) {
+        loom_tensor_release(t);
+        loom_optimizer_free(o);
+        return NULL;
+      }
+      if (b == 0) o->buf1[i] = t;
+      else o->buf2[i] = t;
+    }
+  }
+  return o;
+oom:
+  loom_optimizer_free(o);
+  loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
+  return NULL;
+}
+
+loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_options *opt) {
+  loom_sgd_options o = loom_sgd_defaults();
+  if (opt) {
+    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
+      loom_set_error(LOOM_ERR_INVALID_ARG, "sgd: options.size is %u; fill options from loom_sgd_defaults()", opt->size);
+      return NULL;
+    }
+    memcpy(&o, opt, opt->size);
+  }
+  if (!(o.lr >= 0) || o.momentum < 0 || o.weight_decay < 0 || o.dampening < 0) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "sgd: lr, momentum, dampening and weight_decay must be >= 0");
+    return NULL;
+  }
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "sgd: nesterov needs momentum > 0 and dampening == 0");
+    return NULL;
+  }
+  loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_SGD, o.momentum > 0 ? 1 : 0);
+  if (r) {
+    r->sgd = o;
+    r->lr = o.lr;
+  }
+  return r;
+}
+
+loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_adamw_options *opt) {
+  loom_adamw_options o = loom_adamw_defaults();
+  if (opt) {
+    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
+      loom_set_error(LOOM_ERR_INVALID_ARG, "adamw: options.size is %u; fill options from loom_adamw_defaults()", opt->size);
+      return NULL;
+    }
+    memcpy(&o, opt, opt->size);
+  }
+  if (!(o.lr >= 0) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) || !(o.eps > 0) ||
+      o.weight_decay < 0) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "adamw: need lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0");
+    return NULL;
+  }
+  loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_ADAMW, 2);
+  if (r) {
+    r->adamw = o;
+    r->lr = o.lr;
+  }
+  return r;
+}
+
+loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
+                                      float **b2, int64_t *numel) {
+  int k = 0;
+  for (int i = 0; i < o->n; i++) {
+    loom_tensor *p = o->params[i];
+    if (!p->grad) continue;
+    if (p->grad->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p->grad) ||
+        loom_shape_numel(p->grad->ndim, p->grad->shape) != loom_shape_numel(p->ndim, p->shape))
+      return loom_set_error(LOOM_ERR_INTERNAL, "optimizer: gradient of parameter %d is not a dense f32 tensor of its shape", i);
+    pp[k] = loom_tensor_ptr(p);
+    gp[k] = loom_tensor_ptr(p->grad);
+    b1[k] = o->buf1[i] ? loom_tensor_ptr(o->buf1[i]) : NULL;
+    b2[k] = o->buf2[i] ? loom_tensor_ptr(o->buf2[i]) : NULL;
+    numel[k] = loom_shape_numel(p->ndim, p->shape);
+    k++;
+  }
+  g->n = k;
+  g->param = pp;
+  g->grad = gp;
+  g->buf1 = b1;
+  g->buf2 = b2;
+  g->numel = numel;
+  g->lowp = NULL;
+  return LOOM_OK;
+}
+
+loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g) {
+  loom_status st;
+  if (o->kind == LOOM_OPTIM_SGD) {
+    loom_sgd_hparams h = {(float)o->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)o->sgd.weight_decay,
+                          o->sgd.nesterov, o->steps == 0};
+    if (o->sgd.momentum <= 0) g->buf1 = NULL;
+#ifdef LOOM_HAVE_CUDA
+    if (o->device.kind == LOOM_CUDA) st = loom_cuda_sgd_step(o->device, g, &h);
+    else
+#endif
+      st = loom_cpu_sgd_step(g, &h);
+  } else {
+    double t = (double)(o->steps + 1);
+    loom_adamw_hparams h = {(float)o->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
+                            (float)o->adamw.weight_decay, (float)(1.0 - pow(o->adamw.beta1, t)),
+                            (float)(1.0 - pow(o->adamw.beta2, t))};
+#ifdef LOOM_HAVE_CUDA
+    if (o->device.kind == LOOM_CUDA) st = loom_cuda_adamw_step(o->device, g, &h);
+    else
+#endif
+      st = loom_cpu_adamw_step(g, &h);
+  }
+  if (st == LOOM_OK) o->steps++;
+  return st;
+}
+
+loom_status loom_optimizer_step(loom_optimizer *o) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
+  float **pp = malloc((size_t)o->n * sizeof *pp), **b1 = malloc((size_t)o->n * sizeof *b1),
+        **b2 = malloc((size_t)o->n * sizeof *b2);
+  const float **gp = malloc((size_t)o->n * sizeof *gp);
+  int64_t *numel = malloc((size_t)o->n * sizeof *numel);
+  loom_status st = (pp && b1 && b2 && gp && numel) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
+  loom_param_group g;
+  if (st == LOOM_OK) st = loom_optimizer_fill_group(o, &g, pp, gp, b1, b2, numel);
+  if (st == LOOM_OK) st = loom_optimizer_step_group(o, &g);
+  free(pp);
+  free(b1);
+  free(b2);
+  free(gp);
+  free(numel);
+  return st;
+}
+
+loom_status loom_optimizer_zero_grad(loom_optimizer *o) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_zero_grad: optimizer is NULL");
+  for (int i = 0; i < o->n; i++) loom_zero_grad(o->params[i]);
+  return LOOM_OK;
+}
+
+void loom_optimizer_set_lr(loom_optimizer *o, double lr) {
+  if (o) o->lr = lr;
+}
+double loom_optimizer_get_lr(const loom_optimizer *o) { return o ? o->lr : 0.0; }
+int64_t loom_optimizer_steps(const loom_optimizer *o) { return o ? o->steps : 0; }
+
+void loom_optimizer_free(loom_optimizer *o) {
+  if (!o) return;
+  for (int i = 0; i < o->n; i++) {
+    if (o->buf1) loom_tensor_release(o->buf1[i]);
+    if (o->buf2) loom_tensor_release(o->buf2[i]);
+  }
+  free(o->params);
+  free(o->buf1);
+  free(o->buf2);
+  free(o);
+}
