@@ -77,6 +77,7 @@ int main(void) {
 
 #include "loom/data.h"
 #include "data/data_internal.h"
+#include "loom/tensor.h"
 
 /* ---- fixtures ------------------------------------------------------------------ */
 enum { C = 3, H = 8, W = 8, PIX = C * H * W };
@@ -658,6 +659,60 @@ Test(loader, stats_count_batches_samples_and_wait) {
   cr_assert_eq(loom_loader_stats_get(l, (loom_loader_stats *)&small), LOOM_OK);
   cr_assert_geq(small.wait, 0.0);
   cr_assert_float_eq(small.tail_guard, 42.0, 0.0);
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* ---- tensors ------------------------------------------------------------------- */
+Test(loader_tensor, next_gives_zero_copy_batch_tensors) {
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  o.shuffle = false;
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  int64_t seen = 0;
+  int batches = 0;
+  for (;;) {
+    loom_scope_begin();
+    loom_tensor *x = NULL, *y = NULL;
+    cr_assert_eq(loom_loader_next(l, &x, &y), LOOM_OK, "%s", loom_last_error());
+    if (!x) {
+      cr_assert_null(y);
+      loom_scope_end();
+      break;
+    }
+    int64_t n = batches < 2 ? 10 : 5;
+    cr_assert_eq(loom_tensor_ndim(x), 4);
+    cr_assert_eq(loom_tensor_dim(x, 0), n);
+    cr_assert_eq(loom_tensor_dim(x, 1), C);
+    cr_assert_eq(loom_tensor_dim(x, 2), H);
+    cr_assert_eq(loom_tensor_dim(x, 3), W);
+    cr_assert_eq(loom_tensor_dtype(x), LOOM_F32);
+    cr_assert_eq(loom_tensor_ndim(y), 1);
+    cr_assert_eq(loom_tensor_dim(y, 0), n);
+    cr_assert_eq(loom_tensor_dtype(y), LOOM_I64);
+    cr_assert(loom_device_eq(loom_tensor_device(x), loom_cpu()));
+    const int64_t *yl = loom_tensor_data(y);
+    for (int64_t j = 0; j < n; j++) cr_assert_eq(yl[j], (seen + j) % 10);
+    seen += n;
+    batches++;
+    loom_scope_end();  /* both tensors die: the buffer goes back to the ring */
+  }
+  cr_assert_eq(seen, 25);
+  cr_assert_eq(batches, 3);
+  /* Outside a scope the caller owns the tensors; they may outlive the loader. */
+  loom_tensor *x = NULL, *y = NULL;
+  cr_assert_eq(loom_loader_next(l, &x, &y), LOOM_OK);
+  cr_assert_not_null(x);
+  loom_tensor_release(y);
+  loom_loader_free(l);
+  cr_assert_eq(loom_tensor_dim(x, 0), 10);
+  loom_tensor_release(x);
+  /* y may be NULL: labels are not wrapped. */
+  l = loom_loader_new(ds, &o);
+  cr_assert_eq(loom_loader_next(l, &x, NULL), LOOM_OK);
+  cr_assert_not_null(x);
+  loom_tensor_release(x);
   loom_loader_free(l);
   loom_dataset_free(ds);
 }
