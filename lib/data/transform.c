@@ -115,7 +115,11 @@ void loom_transform_apply(const loom_transform *t, const void *src, void *dst, u
     dx = (int64_t)(((r >> 24) & 0xFFFFFFull) % (uint64_t)span);
     flip = t->flip && ((r >> 63) & 1u);
   }
-  const int64_t H = t->H, W = t->W, pad = t->pad;
+  const int64_t H = t->H, W = t->W, pad = t->pad, off = dx - pad;
+  /* Output columns [lo, hi) come from the image; the rest are padding. */
+  const int64_t lo = flip ? (off > 0 ? off : 0) : (-off > 0 ? -off : 0);
+  const int64_t hi_raw = flip ? W + off : W - off;
+  const int64_t hi = hi_raw < W ? (hi_raw > lo ? hi_raw : lo) : W;
   for (int64_t c = 0; c < t->C; c++) {
     const float a = t->a[c], b = t->b[c];
     const int64_t plane = c * H * W;
@@ -123,19 +127,31 @@ void loom_transform_apply(const loom_transform *t, const void *src, void *dst, u
       const int64_t sy = y + dy - pad;
       const bool row_ok = sy >= 0 && sy < H;
       const int64_t orow = plane + y * W, srow = plane + sy * W;
-      for (int64_t x = 0; x < W; x++) {
-        const int64_t sx = (flip ? W - 1 - x : x) + dx - pad;
-        const bool ok = row_ok && sx >= 0 && sx < W;
-        if (t->out == LOOM_U8) {
-          ((uint8_t *)dst)[orow + x] = ok ? ((const uint8_t *)src)[srow + sx] : 0;
-        } else {
-          /* Padding is a zero pixel before scale/normalize (as torchvision pads the raw image). */
-          float v;
-          if (!ok) v = 0.0f;
-          else if (t->src == LOOM_U8) v = (float)((const uint8_t *)src)[srow + sx];
-          else v = load_f(t->src, src, srow + sx);
-          ((float *)dst)[orow + x] = v * a + b;
+      if (t->out == LOOM_U8) {
+        uint8_t *o = (uint8_t *)dst + orow;
+        const uint8_t *sr = (const uint8_t *)src + (row_ok ? srow : 0);
+        for (int64_t x = 0; x < W; x++) {
+          int64_t sx = (flip ? W - 1 - x : x) + off;
+          o[x] = (row_ok && x >= lo && x < hi) ? sr[sx] : 0;
         }
+        continue;
+      }
+      /* Padding is a zero pixel before scale/normalize (as torchvision pads the raw image). */
+      float *o = (float *)dst + orow;
+      if (!row_ok) {
+        for (int64_t x = 0; x < W; x++) o[x] = b;
+        continue;
+      }
+      for (int64_t x = 0; x < lo; x++) o[x] = b;
+      for (int64_t x = hi; x < W; x++) o[x] = b;
+      if (t->src == LOOM_U8) {
+        const uint8_t *sr = (const uint8_t *)src + srow;
+        if (!flip)
+          for (int64_t x = lo; x < hi; x++) o[x] = (float)sr[x + off] * a + b;
+        else
+          for (int64_t x = lo; x < hi; x++) o[x] = (float)sr[W - 1 - x + off] * a + b;
+      } else {
+        for (int64_t x = lo; x < hi; x++) o[x] = load_f(t->src, src, srow + (flip ? W - 1 - x : x) + off) * a + b;
       }
     }
   }
