@@ -17,6 +17,7 @@
 #include "autograd.h"
 #include "nn.h"
 #include "optim.h"
+#include "data.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1
