@@ -8,7 +8,14 @@ find_package(ZLIB REQUIRED)
 set(LOOM_HAVE_CBLAS OFF)
 if(NOT LOOM_BLAS STREQUAL "OFF")
   find_path(LOOM_CBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu /usr/include/openblas /usr/include)
-  find_library(LOOM_OPENBLAS_LIB NAMES openblas openblasp openblaso)
+  # Prefer OpenBLAS built on OpenMP (Debian's libopenblas-openmp-dev): it
+  # shares loom's OpenMP thread pool. The pthread build's threads fight
+  # OpenMP's spinning workers for the cores and halve throughput.
+  find_library(LOOM_OPENBLAS_LIB NAMES openblas
+    PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
+  if(NOT LOOM_OPENBLAS_LIB)
+    find_library(LOOM_OPENBLAS_LIB NAMES openblas openblasp openblaso)
+  endif()
   if(LOOM_CBLAS_INCLUDE AND LOOM_OPENBLAS_LIB)
     set(LOOM_HAVE_CBLAS ON)
   elseif(LOOM_BLAS STREQUAL "ON")

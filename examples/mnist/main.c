@@ -1,0 +1,389 @@
+/* loom-mnist — trains a multi-layer perceptron on (Fashion-)MNIST IDX files
+ * with loom: the prefetching loader, fused Linear→ReLU layers, AdamW or SGD,
+ * per-epoch test accuracy, and a last machine-readable `result` line.
+ *
+ *   loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]
+ *              [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]
+ *              [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]
+ *              [--train-limit N] [--test-limit N] [--quiet]
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <loom/data.h>
+#include <loom/loom.h>
+
+#define MAX_HIDDEN 16
+
+typedef struct options {
+  const char *data;
+  int epochs;
+  int64_t batch;
+  double lr;
+  int n_hidden;
+  int64_t hidden[MAX_HIDDEN];
+  const char *optimizer;
+  const char *device;
+  uint64_t seed;
+  int threads;
+  int workers;
+  const char *csv;
+  const char *schedule;
+  int64_t train_limit, test_limit;
+  int quiet;
+} options;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]\n"
+          "                  [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]\n"
+          "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
+          "                  [--train-limit N] [--test-limit N] [--quiet]\n"
+          "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n");
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo) {
+    fprintf(stderr, "loom-mnist: %s expects an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+  *o = (options){.data = "/usr/share/datasets/fashion-mnist", .epochs = 10, .batch = 128, .lr = 1e-3,
+                 .n_hidden = 2, .hidden = {1024, 1024}, .optimizer = "adamw", .device = "auto", .seed = 42,
+                 .threads = 0, .workers = 2, .csv = NULL, .schedule = "constant"};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "loom-mnist: %s needs a value\n", a);
+      return 0;
+    }
+    const char *v = argv[++i];
+    int64_t n;
+    if (!strcmp(a, "--data")) o->data = v;
+    else if (!strcmp(a, "--epochs")) { if (!parse_i64(a, v, 1, &n)) return 0; o->epochs = (int)n; }
+    else if (!strcmp(a, "--batch")) { if (!parse_i64(a, v, 1, &n)) return 0; o->batch = n; }
+    else if (!strcmp(a, "--seed")) { if (!parse_i64(a, v, 0, &n)) return 0; o->seed = (uint64_t)n; }
+    else if (!strcmp(a, "--threads")) { if (!parse_i64(a, v, 0, &n)) return 0; o->threads = (int)n; }
+    else if (!strcmp(a, "--workers")) { if (!parse_i64(a, v, 0, &n)) return 0; o->workers = (int)n; }
+    else if (!strcmp(a, "--train-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->train_limit = n; }
+    else if (!strcmp(a, "--test-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->test_limit = n; }
+    else if (!strcmp(a, "--lr")) {
+      char *end = NULL;
+      o->lr = strtod(v, &end);
+      if (end == v || *end || !(o->lr > 0)) {
+        fprintf(stderr, "loom-mnist: --lr expects a positive number, got '%s'\n", v);
+        return 0;
+      }
+    } else if (!strcmp(a, "--hidden")) {
+      o->n_hidden = 0;
+      const char *p = v;
+      while (*p) {
+        char *end = NULL;
+        long long h = strtoll(p, &end, 10);
+        if (end == p || h <= 0 || o->n_hidden == MAX_HIDDEN || (*end && *end != ',')) {
+          fprintf(stderr, "loom-mnist: --hidden expects positive sizes separated by commas (at most %d), got '%s'\n",
+                  MAX_HIDDEN, v);
+          return 0;
+        }
+        o->hidden[o->n_hidden++] = h;
+        p = *end ? end + 1 : end;
+      }
+    } else if (!strcmp(a, "--optimizer")) {
+      if (strcmp(v, "adamw") && strcmp(v, "sgd")) {
+        fprintf(stderr, "loom-mnist: --optimizer is adamw or sgd, got '%s'\n", v);
+        return 0;
+      }
+      o->optimizer = v;
+    } else if (!strcmp(a, "--schedule")) {
+      if (strcmp(v, "constant") && strcmp(v, "cosine")) {
+        fprintf(stderr, "loom-mnist: --schedule is constant or cosine, got '%s'\n", v);
+        return 0;
+      }
+      o->schedule = v;
+    } else if (!strcmp(a, "--device")) o->device = v;
+    else if (!strcmp(a, "--csv")) o->csv = v;
+    else {
+      fprintf(stderr, "loom-mnist: unknown option '%s'\n", a);
+      usage(stderr);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* A dataset from DIR/{prefix}-images-idx3-ubyte(.gz) + labels. */
+static loom_dataset *open_split(const char *dir, const char *prefix) {
+  char img[4096], lab[4096];
+  const char *ext[2] = {".gz", ""};
+  for (int e = 0; e < 2; e++) {
+    snprintf(img, sizeof img, "%s/%s-images-idx3-ubyte%s", dir, prefix, ext[e]);
+    snprintf(lab, sizeof lab, "%s/%s-labels-idx1-ubyte%s", dir, prefix, ext[e]);
+    if (access(img, R_OK) == 0 && access(lab, R_OK) == 0) return loom_dataset_idx_open(img, lab);
+  }
+  fprintf(stderr,
+          "loom-mnist: no %s-images-idx3-ubyte[.gz] and %s-labels-idx1-ubyte[.gz] in %s\n"
+          "  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
+          prefix, prefix, dir);
+  return NULL;
+}
+
+/* A view of the first `limit` samples of ds, as an in-memory copy. */
+static loom_dataset *limit_dataset(loom_dataset *ds, int64_t limit) {
+  int64_t n = loom_dataset_length(ds);
+  if (limit <= 0 || limit >= n) return ds;
+  loom_dtype xd, yd;
+  int nd;
+  bool has_y;
+  int64_t shape[LOOM_MAX_DIMS];
+  if (loom_dataset_x_info(ds, &xd, &nd, shape) != LOOM_OK || loom_dataset_y_info(ds, &has_y, &yd) != LOOM_OK)
+    return NULL;
+  int64_t per = 1;
+  for (int d = 0; d < nd; d++) per *= shape[d];
+  size_t xb = (size_t)per * loom_dtype_size(xd), yb = loom_dtype_size(yd);
+  unsigned char *x = malloc((size_t)limit * xb), *y = malloc((size_t)limit * yb);
+  loom_dataset *out = NULL;
+  if (x && y) {
+    int ok = 1;
+    for (int64_t i = 0; i < limit && ok; i++) ok = loom_dataset_read(ds, i, x + i * xb, y + i * yb) == LOOM_OK;
+    if (ok) out = loom_dataset_memory(x, xd, nd, shape, has_y ? y : NULL, yd, limit, true);
+  }
+  free(x);
+  free(y);
+  loom_dataset_free(ds);
+  return out;
+}
+
+static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, int64_t steps, double loss, double sps) {
+  if (quiet) return;
+  if (tty) {
+    int width = 30, filled = steps ? (int)(width * step / steps) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[width] = '\0';
+    printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %8.0f samples/s", epoch, epochs, bar, (long long)step,
+           (long long)steps, loss, sps);
+    fflush(stdout);
+  } else if (step % 100 == 0 || step == steps) {
+    printf("epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f\n", epoch, epochs, (long long)step, (long long)steps,
+           loss, sps);
+    fflush(stdout);
+  }
+}
+
+static int fail(const char *what) {
+  fprintf(stderr, "loom-mnist: %s: %s\n", what, loom_last_error());
+  return 1;
+}
+
+static int evaluate(loom_module *model, loom_loader *test, int64_t in_features, double *accuracy) {
+  int64_t correct = 0, total = 0;
+  bool prev = loom_set_grad_enabled(false);
+  if (loom_loader_start_epoch(test, 0) != LOOM_OK) return fail("test loader");
+  for (;;) {
+    loom_scope_begin();
+    loom_tensor *x, *y;
+    if (loom_loader_next(test, &x, &y) != LOOM_OK) {
+      loom_scope_end();
+      loom_set_grad_enabled(prev);
+      return fail("test loader");
+    }
+    if (!x) {
+      loom_scope_end();
+      break;
+    }
+    int64_t flat[2] = {loom_tensor_dim(x, 0), in_features};
+    loom_tensor *logits = loom_module_forward(model, loom_reshape(x, 2, flat));
+    int64_t c;
+    if (loom_count_correct(logits, y, &c) != LOOM_OK) {
+      loom_scope_end();
+      loom_set_grad_enabled(prev);
+      return fail("evaluation");
+    }
+    correct += c;
+    total += loom_tensor_dim(x, 0);
+    loom_scope_end();
+  }
+  loom_set_grad_enabled(prev);
+  *accuracy = total ? (double)correct / (double)total : 0.0;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  if (!parse_args(argc, argv, &o)) return 2;
+  if (o.threads > 0) loom_set_num_threads(o.threads);
+  loom_device dev;
+  if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
+  char devname[32];
+  loom_device_str(dev, devname, sizeof devname);
+  if (!strcmp(o.device, "auto") && dev.kind == LOOM_CPU && !o.quiet)
+    printf("device: cpu (CUDA unavailable: %s)\n", loom_cuda_unavailable_reason());
+  loom_manual_seed(o.seed);
+
+  loom_dataset *train_ds = open_split(o.data, "train");
+  if (!train_ds) return loom_last_status() ? fail("training data") : 1;
+  loom_dataset *test_ds = open_split(o.data, "t10k");
+  if (!test_ds) return loom_last_status() ? fail("test data") : 1;
+  train_ds = limit_dataset(train_ds, o.train_limit);
+  test_ds = limit_dataset(test_ds, o.test_limit);
+  if (!train_ds || !test_ds) return fail("limiting the dataset");
+
+  loom_dtype xd;
+  int nd;
+  int64_t xs[LOOM_MAX_DIMS];
+  if (loom_dataset_x_info(train_ds, &xd, &nd, xs) != LOOM_OK) return fail("dataset");
+  int64_t in_features = 1;
+  for (int d = 0; d < nd; d++) in_features *= xs[d];
+
+  /* Fashion-MNIST pixel statistics after scaling to [0, 1]. */
+  static const float mean[1] = {0.2860f}, stdv[1] = {0.3530f};
+  loom_loader_options lo = loom_loader_options_default();
+  lo.batch_size = o.batch;
+  lo.shuffle = true;
+  lo.seed = o.seed;
+  lo.drop_last = true;
+  lo.workers = o.workers;
+  lo.prefetch = 4;
+  lo.device = dev;
+  lo.x_dtype = LOOM_F32;
+  lo.y_dtype = LOOM_I64;
+  lo.scale = 1.0f / 255.0f;
+  lo.mean = mean;
+  lo.std = stdv;
+  lo.norm_channels = 1;
+  loom_loader *train = loom_loader_new(train_ds, &lo);
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.batch_size = 1000;
+  loom_loader *test = loom_loader_new(test_ds, &lo);
+  loom_dataset_free(train_ds);
+  loom_dataset_free(test_ds);
+  if (!train || !test) return fail("loader");
+
+  loom_module *model = loom_mlp_new(in_features, o.n_hidden, o.hidden, 10, dev);
+  if (!model) return fail("model");
+  int np = loom_module_num_params(model);
+  loom_tensor **params = malloc((size_t)np * sizeof *params);
+  if (!params) return 1;
+  for (int i = 0; i < np; i++) params[i] = loom_module_param(model, i);
+  loom_optimizer *opt;
+  if (!strcmp(o.optimizer, "sgd")) {
+    loom_sgd_options so = loom_sgd_defaults();
+    so.lr = o.lr;
+    so.momentum = 0.9;
+    opt = loom_sgd_new(params, np, &so);
+  } else {
+    loom_adamw_options ao = loom_adamw_defaults();
+    ao.lr = o.lr;
+    opt = loom_adamw_new(params, np, &ao);
+  }
+  if (!opt) return fail("optimizer");
+
+  int64_t steps_per_epoch = loom_loader_num_batches(train);
+  loom_lr_schedule sched = !strcmp(o.schedule, "cosine")
+                               ? loom_lr_cosine(o.lr, steps_per_epoch / 2, steps_per_epoch * o.epochs, 0.0)
+                               : loom_lr_constant(o.lr);
+  if (!o.quiet) {
+    printf("model: %s", loom_module_name(model));
+    for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
+    printf(" (%lld parameters)\ndevice: %s, optimizer: %s lr %g, batch %lld, %lld steps/epoch, %d threads\n",
+           (long long)loom_module_num_param_elements(model), devname, o.optimizer, o.lr, (long long)o.batch,
+           (long long)steps_per_epoch, loom_get_num_threads());
+  }
+  FILE *csv = NULL;
+  if (o.csv) {
+    csv = fopen(o.csv, "w");
+    if (!csv) {
+      fprintf(stderr, "loom-mnist: cannot write --csv %s: %s\n", o.csv, strerror(errno));
+      return 1;
+    }
+    fprintf(csv, "epoch,train_loss,test_accuracy,samples_per_sec,epoch_seconds,data_wait_share\n");
+  }
+
+  int tty = isatty(STDOUT_FILENO);
+  double train_seconds = 0, accuracy = 0, wait_share = 0;
+  int64_t train_samples = 0, global_step = 0;
+  for (int epoch = 1; epoch <= o.epochs; epoch++) {
+    loom_loader_stats_reset(train);
+    double t0 = now_s(), loss_sum = 0, last_loss = 0;
+    int64_t step = 0, epoch_samples = 0;
+    for (;;) {
+      loom_scope_begin();
+      loom_tensor *x, *y;
+      if (loom_loader_next(train, &x, &y) != LOOM_OK) return fail("training loader");
+      if (!x) {
+        loom_scope_end();
+        break;
+      }
+      int64_t b = loom_tensor_dim(x, 0);
+      int64_t flat[2] = {b, in_features};
+      loom_optimizer_set_lr(opt, loom_lr_at(&sched, global_step));
+      loom_tensor *loss = loom_cross_entropy(loom_module_forward(model, loom_reshape(x, 2, flat)), y);
+      loom_optimizer_zero_grad(opt);
+      if (loom_backward(loss) != LOOM_OK) return fail("training step");
+      if (loom_optimizer_step(opt) != LOOM_OK) return fail("optimizer step");
+      step++;
+      global_step++;
+      epoch_samples += b;
+      /* Reading the loss synchronizes with the device: do it sparingly. */
+      if (step % 20 == 0 || step == steps_per_epoch) {
+        if (loom_item(loss, &last_loss) != LOOM_OK) return fail("reading the loss");
+        loss_sum += last_loss;
+        progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
+                 (double)epoch_samples / (now_s() - t0));
+      }
+      loom_scope_end();
+    }
+    loom_device_synchronize(dev);
+    double dt = now_s() - t0;
+    loom_loader_stats st = {.size = sizeof st};
+    loom_loader_stats_get(train, &st);
+    wait_share = st.wait_fraction;
+    train_seconds += dt;
+    train_samples += epoch_samples;
+    if (evaluate(model, test, in_features, &accuracy)) return 1;
+    int64_t reads = steps_per_epoch / 20 + (steps_per_epoch % 20 != 0);
+    double mean_loss = reads ? loss_sum / (double)reads : last_loss;
+    if (tty && !o.quiet) printf("\n");
+    if (!o.quiet)
+      printf("epoch %d/%d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s, data wait %.2f%% of step time\n",
+             epoch, o.epochs, mean_loss, 100.0 * accuracy, (double)epoch_samples / dt, dt, 100.0 * wait_share);
+    fflush(stdout);
+    if (csv)
+      fprintf(csv, "%d,%.6f,%.6f,%.1f,%.3f,%.6f\n", epoch, mean_loss, accuracy, (double)epoch_samples / dt, dt,
+              wait_share);
+  }
+  if (csv) fclose(csv);
+  printf("result test_accuracy=%.4f samples_per_sec=%.1f epochs=%d device=%s train_seconds=%.1f data_wait_share=%.4f\n",
+         accuracy, train_seconds > 0 ? (double)train_samples / train_seconds : 0.0, o.epochs, devname, train_seconds,
+         wait_share);
+  loom_optimizer_free(opt);
+  free(params);
+  loom_module_free(model);
+  loom_loader_free(train);
+  loom_loader_free(test);
+  return 0;
+}

