@@ -199,13 +199,17 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
   for (int64_t s = 0; s < m; s += mr, dst += (int64_t)mr * kc) {
     const int64_t rows = m - s < mr ? m - s : mr;
     if (!g->ta) {
-      /* A is [M,K]: each row of the sliver is contiguous in k. */
-      for (int64_t r = 0; r < rows; r++) {
-        const float *src = g->A + (i0 + s + r) * g->lda + k0;
-        for (int64_t k = 0; k < kc; k++) dst[k * mr + r] = src[k];
+      /* A is [M,K]: each row of the sliver is contiguous in k. Going k-outer
+         over up to MAX_MR row pointers writes dst sequentially (one MR group
+         per k) instead of scattering each row at stride MR. */
+      const float *src[MAX_MR];
+      for (int64_t r = 0; r < rows; r++) src[r] = g->A + (i0 + s + r) * g->lda + k0;
+      for (int64_t k = 0; k < kc; k++) {
+        float *d = dst + k * mr;
+        int64_t r = 0;
+        for (; r < rows; r++) d[r] = src[r][k];
+        for (; r < mr; r++) d[r] = 0.0f;
       }
-      for (int64_t r = rows; r < mr; r++)
-        for (int64_t k = 0; k < kc; k++) dst[k * mr + r] = 0.0f;
     } else {
       /* A is [K,M]: the MR values for one k are contiguous. */
       for (int64_t k = 0; k < kc; k++) {
