@@ -199,13 +199,17 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
   for (int64_t s = 0; s < m; s += mr, dst += (int64_t)mr * kc) {
     const int64_t rows = m - s < mr ? m - s : mr;
     if (!g->ta) {
-      /* A is [M,K]: each row of the sliver is contiguous in k. */
-      for (int64_t r = 0; r < rows; r++) {
-        const float *src = g->A + (i0 + s + r) * g->lda + k0;
-        for (int64_t k = 0; k < kc; k++) dst[k * mr + r] = src[k];
+      /* A is [M,K]: each row of the sliver is contiguous in k. Going k-outer
+         over up to MAX_MR row pointers writes dst sequentially (one MR group
+         per k) instead of scattering each row at stride MR. */
+      const float *src[MAX_MR];
+      for (int64_t r = 0; r < rows; r++) src[r] = g->A + (i0 + s + r) * g->lda + k0;
+      for (int64_t k = 0; k < kc; k++) {
+        float *d = dst + k * mr;
+        int64_t r = 0;
+        for (; r < rows; r++) d[r] = src[r][k];
+        for (; r < mr; r++) d[r] = 0.0f;
       }
-      for (int64_t r = rows; r < mr; r++)
-        for (int64_t k = 0; k < kc; k++) dst[k * mr + r] = 0.0f;
     } else {
       /* A is [K,M]: the MR values for one k are contiguous. */
       for (int64_t k = 0; k < kc; k++) {
@@ -252,16 +256,20 @@ static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Split nt threads into a tm x tn grid over (row tiles, column slivers) that
-   minimizes the largest per-thread tile count; ties go to splitting M, since
-   then no A block is packed twice. */
+   minimizes the largest per-thread tile count. Splitting only N (tm == 1) is
+   preferred unless it is clearly worse: then every thread packs just the B
+   slivers it uses and the threads never wait for each other, which matters
+   when the cores are shared and a barrier can cost a whole scheduler slice.
+   Splitting M instead shares one packed B panel and needs a barrier per KC
+   slice. */
 static void thread_grid(int nt, int64_t mtiles, int64_t ntiles, int *tm_out, int *tn_out)
 {
-  int best_tm = nt, best_tn = 1;
-  int64_t best = INT64_MAX;
-  for (int tm = nt; tm >= 1; tm--) {
+  int best_tm = 1, best_tn = nt;
+  double best = 1e300;
+  for (int tm = 1; tm <= nt; tm++) {
     if (nt % tm) continue;
     const int tn = nt / tm;
-    const int64_t cost = ceil_div(mtiles, tm) * ceil_div(ntiles, tn);
+    const double cost = (double)(ceil_div(mtiles, tm) * ceil_div(ntiles, tn)) * (tm > 1 ? 1.15 : 1.0);
     if (cost < best) {
       best = cost;
       best_tm = tm;
@@ -288,8 +296,10 @@ static void merge_edge(float *c, int64_t ldc, const float *tmp, int nr, int64_t 
 }
 
 /* One thread's share of one (jc, pc) step: rows [m_lo, m_hi) of C, slivers
-   [s_lo, s_hi) of the packed B panel starting at column jc. */
-static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const float *bpack, float *apack,
+   [s_lo, s_hi) of the packed B panel starting at column jc; sliver s starts
+   at bpack + s * bstride. */
+static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const float *bpack, int64_t bstride,
+                          float *apack,
                           int64_t jc, int64_t nc, int64_t pc, int64_t kc, float beta, int64_t m_lo, int64_t m_hi,
                           int64_t s_lo, int64_t s_hi)
 {
@@ -301,7 +311,7 @@ static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const 
     for (int64_t s = s_lo; s < s_hi; s++) {
       const int64_t j = jc + s * nr;
       const int64_t cols = min64(nr, jc + nc - j);
-      const float *b = bpack + s * kc * nr;
+      const float *b = bpack + s * bstride;
       for (int64_t ir = 0; ir < mc; ir += mr) {
         const int64_t rows = min64(mr, mc - ir);
         const float *a = apack + (ir / mr) * kc * mr;
@@ -341,22 +351,31 @@ static void gemm_builtin(const gemm_args *g)
 #else
   nt = 1;
 #endif
-  /* Below ~64^3 multiply-adds the fork/join and barriers cost more than they save. */
+  /* Below ~64^3 multiply-adds the fork/join costs more than it saves. */
   if ((double)M * (double)N * (double)K < 262144.0) nt = 1;
   if (nt > mtiles * ntiles) nt = (int)(mtiles * ntiles);
   if (nt < 1) nt = 1;
+  if (nt > 1) {
+    /* A grid that shares B synchronizes once per KC slice; only worth it when
+       each slice carries enough work (~1M multiply-adds) to hide a barrier. */
+    int tm, tn;
+    thread_grid(nt, mtiles, ntiles, &tm, &tn);
+    if (tm > 1 && (double)M * (double)min64(N, kn->nc) * (double)kc_max < 1048576.0) nt = 1;
+  }
 
-  /* 16 floats = 64 bytes: keep every per-thread A buffer cache-line aligned. */
+  /* 16 floats = 64 bytes: keep every buffer cache-line aligned. Two B panels
+     when threaded (double buffering: slice p+1 is packed while a slow thread
+     may still read slice p), one A block per thread. */
   const int64_t b_floats = ceil_div(kc_max * nc_max, 16) * 16;
   const int64_t a_floats = ceil_div(kc_max * mc_max, 16) * 16;
-  const size_t bytes = (size_t)(b_floats + (int64_t)nt * a_floats) * sizeof(float);
+  const int nbbuf = nt > 1 ? 2 : 1;
+  const size_t bytes = (size_t)(nbbuf * b_floats + (int64_t)nt * a_floats) * sizeof(float);
   float *buf = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
   if (!buf) {
     gemm_unpacked(g);
     return;
   }
-  float *bpack = buf;
-  float *apack_all = buf + b_floats;
+  float *apack_all = buf + nbbuf * b_floats;
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -370,29 +389,40 @@ static void gemm_builtin(const gemm_args *g)
     float *apack = apack_all + (int64_t)tid * a_floats;
     int tm, tn;
     thread_grid(team, mtiles, ntiles, &tm, &tn);
+    const bool shared_b = tm > 1; /* same decision in every thread of the team */
     const int ti = tid / tn, tj = tid % tn;
     const int64_t m_lo = min64(M, (mtiles * ti / tm) * mr);
     const int64_t m_hi = min64(M, (mtiles * (ti + 1) / tm) * mr);
 
+    int64_t slice = 0; /* counts (jc, pc) steps: selects the B buffer */
     for (int64_t jc = 0; jc < N; jc += kn->nc) {
       const int64_t nc = min64(kn->nc, N - jc);
       const int64_t nslv = ceil_div(nc, nr);
       const int64_t s_lo = nslv * tj / tn, s_hi = nslv * (tj + 1) / tn;
-      for (int64_t pc = 0; pc < K; pc += kn->kc) {
+      for (int64_t pc = 0; pc < K; pc += kn->kc, slice++) {
         const int64_t kc = min64(kn->kc, K - pc);
+        float *bpack = buf + (slice % nbbuf) * b_floats;
+        /* Sliver stride from kc_max, not kc: with private packing, threads
+           may be on different slices (different kc) in the same buffer, and
+           their slivers must never overlap. */
+        const int64_t bstride = kc_max * nr;
         /* The caller's beta applies once; later k slices accumulate. */
         const float beta = pc == 0 ? g->beta : 1.0f;
+        if (shared_b) {
+          /* All threads pack the panel together; the implicit barrier at the
+             end of the loop publishes it. With two buffers, this barrier also
+             proves everyone finished slice-1 before slice+1 overwrites it. */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t s = 0; s < nslv; s++)
-          pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * kc * nr);
-        /* (implicit barrier: the whole panel is packed) */
-        compute_block(kn, g, bpack, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
-#ifdef _OPENMP
-        /* Nobody repacks B while another thread still reads it. */
-#pragma omp barrier
-#endif
+          for (int64_t s = 0; s < nslv; s++)
+            pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
+        } else {
+          /* Only this thread reads slivers [s_lo, s_hi): no barrier needed. */
+          for (int64_t s = s_lo; s < s_hi; s++)
+            pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
+        }
+        compute_block(kn, g, bpack, bstride, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
       }
     }
   }
