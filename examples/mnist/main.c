@@ -309,9 +309,9 @@ int main(int argc, char **argv) {
   if (!o.quiet) {
     printf("model: %s", loom_module_name(model));
     for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
-    printf(" (%lld parameters)\ndevice: %s, optimizer: %s lr %g, batch %lld, %lld steps/epoch, %d threads\n",
+    printf(" (%lld parameters)\ndevice: %s, optimizer: %s lr %g, batch %lld, %lld steps/epoch, %d threads, cpu gemm %s\n",
            (long long)loom_module_num_param_elements(model), devname, o.optimizer, o.lr, (long long)o.batch,
-           (long long)steps_per_epoch, loom_get_num_threads());
+           (long long)steps_per_epoch, loom_get_num_threads(), loom_cpu_gemm_name());
   }
   FILE *csv = NULL;
   if (o.csv) {

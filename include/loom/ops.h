@@ -69,6 +69,11 @@ LOOM_API loom_status loom_count_correct(loom_tensor *logits, loom_tensor *labels
 /* Threads used by CPU kernels (0 = all cores). */
 LOOM_API void loom_set_num_threads(int n);
 LOOM_API int loom_get_num_threads(void);
+/* CPU GEMM: "auto" (loom's AVX2/AVX-512 kernels where the CPU has them, else
+ * OpenBLAS when linked), "builtin" or "openblas". Same as env LOOM_CPU_GEMM. */
+LOOM_API loom_status loom_set_cpu_gemm(const char *name);
+/* What runs now: "openblas", "builtin-avx512", "builtin-avx2", ... */
+LOOM_API const char *loom_cpu_gemm_name(void);
 
 LOOM_EXTERN_C_END
 #endif

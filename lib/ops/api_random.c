@@ -1,12 +1,9 @@
-/* api_random.c — rand / randn from the global Philox generator, and the CPU
- * thread count. Numbers are drawn on the host from (seed, offset), so every
- * device gets the same ones. */
-#include <omp.h>
+/* api_random.c — rand / randn from the global Philox generator. Numbers are
+ * drawn on the host from (seed, offset), so every device gets the same ones. */
 #include <stdlib.h>
 
 #include "loom/rng.h"
 #include "ops/op.h"
-#include "ops/cpu/gemm.h"
 
 static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const int64_t *shape, loom_dtype dt,
                                   loom_device dev) {
@@ -51,13 +48,3 @@ loom_tensor *loom_randn(int ndim, const int64_t *shape, loom_dtype dt, loom_devi
   return random_tensor("randn", 1, ndim, shape, dt, dev);
 }
 
-static int g_threads = 0;
-
-void loom_set_num_threads(int n) {
-  if (n <= 0) n = omp_get_num_procs();
-  g_threads = n;
-  omp_set_num_threads(n);
-  loom_cpu_gemm_set_threads(n);
-}
-
-int loom_get_num_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }

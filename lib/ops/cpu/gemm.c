@@ -77,6 +77,7 @@ enum { MAX_MR = 12, MAX_NR = 32 };
 /* Global switches. Atomics: ops may run GEMMs from several threads. */
 static _Atomic(const loom_gemm_kernel *) g_kernel = NULL;
 static atomic_bool g_force_builtin = false;
+static atomic_int g_policy_set = 0;  /* 0: auto not decided yet */
 static atomic_int g_threads = 0;
 
 static const loom_gemm_kernel *best_kernel(void)
@@ -124,7 +125,49 @@ bool loom_cpu_gemm_select_builtin(const char *name)
   return true;
 }
 
-void loom_cpu_gemm_force_builtin(bool on) { atomic_store(&g_force_builtin, on); }
+void loom_cpu_gemm_force_builtin(bool on) {
+  atomic_store(&g_policy_set, 1);
+  atomic_store(&g_force_builtin, on);
+}
+
+/* "auto": loom's own kernels where the CPU has AVX2/AVX-512, OpenBLAS
+ * otherwise. Measured on the 2-core Xeon we develop on: Debian's OpenBLAS
+ * 0.3.21 does not recognise the CPU and runs its SSE3 "Prescott" kernels
+ * (30-40 GFLOP/s vs 200+ for the built-in AVX-512 kernel), and its thread
+ * pool competes with OpenMP's spinning workers for the cores. */
+static bool auto_prefers_builtin(void) {
+#if defined(__x86_64__)
+  const loom_gemm_kernel *k = best_kernel();
+  return k == &k_avx512 || k == &k_avx2;
+#else
+  return false;
+#endif
+}
+
+static void decide_policy(void) {
+  if (atomic_load(&g_policy_set)) return;
+  const char *env = getenv("LOOM_CPU_GEMM");
+  if (!env || loom_cpu_gemm_set_policy(env) != 0) loom_cpu_gemm_set_policy("auto");
+}
+
+int loom_cpu_gemm_set_policy(const char *name) {
+  bool builtin;
+  if (!name || strcmp(name, "auto") == 0) builtin = auto_prefers_builtin();
+  else if (strcmp(name, "builtin") == 0) builtin = true;
+  else if (strcmp(name, "openblas") == 0) {
+#ifdef LOOM_HAVE_CBLAS
+    builtin = false;
+#else
+    return -2;
+#endif
+  } else return -1;
+#ifndef LOOM_HAVE_CBLAS
+  builtin = true;
+#endif
+  atomic_store(&g_force_builtin, builtin);
+  atomic_store(&g_policy_set, 1);
+  return 0;
+}
 
 void loom_cpu_gemm_set_threads(int n)
 {
@@ -139,6 +182,7 @@ void loom_cpu_gemm_set_threads(int n)
 const char *loom_cpu_gemm_impl(void)
 {
 #ifdef LOOM_HAVE_CBLAS
+  decide_policy();
   if (!atomic_load(&g_force_builtin)) return "openblas";
 #endif
   const loom_gemm_kernel *k = current_kernel();
@@ -445,6 +489,7 @@ void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
   /* CBLAS takes int; anything larger goes to the built-in kernel. */
   const bool fits = M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
                     ldc <= INT_MAX;
+  decide_policy();
   if (fits && !atomic_load(&g_force_builtin)) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
                 (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);

@@ -21,6 +21,10 @@ void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 
 /* Which implementation runs: "openblas" or "builtin-avx512" / "builtin-avx2" / "builtin-generic". */
 const char *loom_cpu_gemm_impl(void);
+/* Policy "auto" | "builtin" | "openblas" (also env LOOM_CPU_GEMM, read at
+ * first use). Returns 0, -1 for an unknown name, -2 for openblas in a build
+ * without it. */
+int loom_cpu_gemm_set_policy(const char *name);
 
 /* Force the built-in kernel even when OpenBLAS is linked (tests, benchmarks). */
 void loom_cpu_gemm_force_builtin(bool on);

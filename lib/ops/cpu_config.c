@@ -1,0 +1,25 @@
+/* cpu_config.c — CPU execution settings: thread count and which GEMM runs. */
+#include <omp.h>
+
+#include "ops/cpu/gemm.h"
+#include "ops/op.h"
+
+static int g_threads = 0;
+
+void loom_set_num_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  g_threads = n;
+  omp_set_num_threads(n);
+  loom_cpu_gemm_set_threads(n);
+}
+
+int loom_get_num_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+
+loom_status loom_set_cpu_gemm(const char *name) {
+  int r = loom_cpu_gemm_set_policy(name);
+  if (r == -1) return loom_set_error(LOOM_ERR_INVALID_ARG, "set_cpu_gemm: '%s' is not auto, builtin or openblas", name ? name : "(null)");
+  if (r == -2) return loom_set_error(LOOM_ERR_UNSUPPORTED, "set_cpu_gemm: this build has no OpenBLAS (LOOM_BLAS=OFF or libopenblas-dev missing)");
+  return LOOM_OK;
+}
+
+const char *loom_cpu_gemm_name(void) { return loom_cpu_gemm_impl(); }
