@@ -403,14 +403,25 @@ static int release_all(loom_pool *p, loom_status *st) {
   return n;
 }
 
-/* The smallest unused cached segment of this size class that can hold n. */
+/* First OOM retry, for this size class: the smallest unused cached segment
+ * that can hold n; if none can, the largest ones until n bytes are freed.
+ * Returns how many segments were released. */
 static int release_fitting(loom_pool *p, int kind, size_t n) {
   block key = {0};
   key.size = n;
   block *b = tlower(1, p->root[kind][1], &key, 0);
-  if (!b) return 0;
-  release_segment(p, b);
-  return 1;
+  if (b) {
+    release_segment(p, b);
+    return 1;
+  }
+  int count = 0;
+  for (size_t freed = 0; freed < n && p->root[kind][1]; count++) {
+    block *m = p->root[kind][1];
+    while (m->r[1]) m = m->r[1];
+    freed += m->size;
+    release_segment(p, m);
+  }
+  return count;
 }
 
 static void collect_whole(block *n, block **arr, int *len) {
