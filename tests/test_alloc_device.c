@@ -114,7 +114,7 @@ Test(alloc_device, configure_limit_applies_to_live_pools) {
   cr_assert_eq(loom_alloc_malloc(loom_cpu(), MiB, NULL, &b), LOOM_OK);
   cr_assert_eq(loom_alloc_malloc(loom_cpu(), MiB, NULL, &b2), LOOM_OK, "a second 2 MiB segment: 4 MiB reserved");
   cr_assert_eq(stats(loom_cpu()).reserved_bytes[0].current, (int64_t)(4 * MiB));
-  cr_assert_eq(loom_alloc_malloc(loom_cpu(), MiB, NULL, &c), LOOM_ERR_OOM);
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), 2 * MiB, NULL, &c), LOOM_ERR_OOM, "a new 20 MiB segment is over the limit");
   cr_assert(strstr(loom_last_error(), "cpu: out of memory") && strstr(loom_last_error(), "limit 4.00 MiB"), "%s",
             loom_last_error());
   cr_assert_eq(stats(loom_cpu()).num_ooms, 1);
