@@ -274,3 +274,25 @@ Test(alloc_device, LOOM_VISIBLE_DEVICES_env_is_honoured) {
   cr_assert_eq(loom_device_count(LOOM_CUDA), 1);
   cr_assert_eq(loom_device_physical(0), 1);
 }
+
+/* ---- AddressSanitizer sees through the cache --------------------------------
+ * Cached blocks are poisoned while free and beyond the requested size, so a
+ * use after free or an overflow is reported even though the memory never
+ * went back to malloc. ASan reports and exits with status 1. */
+#if defined(__SANITIZE_ADDRESS__)
+Test(alloc_device, asan_catches_use_of_a_freed_cached_block, .exit_code = 1) {
+  volatile char *p = NULL;
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), 100, NULL, (void **)&p), LOOM_OK);
+  loom_alloc_free(loom_cpu(), (void *)p);
+  p[0] = 1;
+}
+
+Test(alloc_device, asan_catches_overflow_past_the_requested_size, .exit_code = 1) {
+  volatile char *p = NULL;
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), 100, NULL, (void **)&p), LOOM_OK);
+  p[99] = 1;  /* fine */
+  p[100] = 1; /* inside the 512-byte block, past the request */
+}
+#else
+Test(alloc_device, asan_poisoning_checks) { cr_skip_test("needs an AddressSanitizer build (LOOM_SANITIZE=address)"); }
+#endif

@@ -246,7 +246,7 @@ int loom_fake_drain_freed(loom_fake *f, uintptr_t *bases, size_t *sizes, int max
     bases[i] = f->freed[i].base;
     if (sizes) sizes[i] = f->freed[i].size;
   }
-  memmove(f->freed, f->freed + n, (size_t)(f->nfreed - n) * sizeof(fseg));
+  if (n) memmove(f->freed, f->freed + n, (size_t)(f->nfreed - n) * sizeof(fseg));
   f->nfreed -= n;
   pthread_mutex_unlock(&f->mu);
   return n;
