@@ -7,7 +7,9 @@
  * one event per line:
  *   alloc <id> <bytes> <stream>   allocate; <id> is unique, <stream> a small int
  *   free <id>                      free an earlier allocation
- *   epoch <n>                      marker; statistics restart at the first one
+ *   epoch <n>                      epoch n has ended; statistics restart at the
+ *                                  first marker, so what follows is the
+ *                                  warmed-up steady state
  *   # ...                          comment ("# stream <k> <device>" names streams)
  *
  * Usage:
@@ -54,7 +56,6 @@ static int synthesize(const char *path, int epochs) {
     fprintf(f, "alloc %llu %zu 0\n", (unsigned long long)params[l], layers[l] * 8);
   }
   for (int e = 0; e < epochs; e++) {
-    fprintf(f, "epoch %d\n", e + 1);
     for (int step = 0; step < 200; step++) {
       uint64_t act[4], tmp;
       rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
@@ -71,6 +72,7 @@ static int synthesize(const char *path, int epochs) {
                 (unsigned long long)act[l], (unsigned long long)g);
       }
     }
+    fprintf(f, "epoch %d\n", e + 1);  /* written when the epoch ends */
   }
   for (int l = 0; l < 4; l++) fprintf(f, "free %llu\n", (unsigned long long)params[l]);
   fclose(f);

@@ -137,7 +137,9 @@ LOOM_API loom_status loom_tensor_record_stream(loom_tensor *t, loom_stream *s);
 /* Allocation trace for bench/bench_alloc_replay (format above). Appends. */
 LOOM_API loom_status loom_alloc_trace_start(const char *path);
 LOOM_API void loom_alloc_trace_stop(void);
-/* Write "epoch <n>" to the trace (no-op when not tracing). */
+/* Write "epoch <n>" to the trace (no-op when not tracing). Call it when
+ * epoch n ends: the replayer reports what follows the first marker (the
+ * warmed-up steady state, which should make no device allocations). */
 LOOM_API void loom_alloc_trace_epoch(int n);
 
 /* Filter and renumber physical GPUs, like LOOM_VISIBLE_DEVICES:

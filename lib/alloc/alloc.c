@@ -46,6 +46,7 @@ static loom_fake *g_fake_phys[LOOM_MAX_LOGICAL_GPUS];
 
 static pthread_mutex_t g_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *g_trace = NULL;
+static atomic_int g_tracing = 0;  /* lets the hot path skip the trace lock */
 static uint64_t g_trace_next = 0;
 static loom_stream *g_trace_streams[256];
 static int g_trace_slots[256];
@@ -59,6 +60,7 @@ static void slot_name(int slot, char *buf, int n) {
 
 static uint64_t trace_alloc(void *ud, size_t n, loom_stream *s) {
   int slot = (int)(intptr_t)ud;
+  if (!atomic_load_explicit(&g_tracing, memory_order_relaxed)) return 0;
   pthread_mutex_lock(&g_trace_lock);
   if (!g_trace) {
     pthread_mutex_unlock(&g_trace_lock);
@@ -82,6 +84,7 @@ static uint64_t trace_alloc(void *ud, size_t n, loom_stream *s) {
 
 static void trace_free(void *ud, uint64_t id) {
   (void)ud;
+  if (!atomic_load_explicit(&g_tracing, memory_order_relaxed)) return;
   pthread_mutex_lock(&g_trace_lock);
   if (g_trace) fprintf(g_trace, "free %" PRIu64 "\n", id);
   pthread_mutex_unlock(&g_trace_lock);
@@ -96,6 +99,7 @@ loom_status loom_alloc_trace_start(const char *path) {
   g_trace = f;
   g_trace_nstreams = 0;
   fprintf(f, "# loom allocation trace v1: alloc <id> <bytes> <stream> | free <id> | epoch <n>\n");
+  atomic_store(&g_tracing, 1);
   pthread_mutex_unlock(&g_trace_lock);
   return LOOM_OK;
 }
@@ -104,6 +108,7 @@ void loom_alloc_trace_stop(void) {
   pthread_mutex_lock(&g_trace_lock);
   if (g_trace) fclose(g_trace);
   g_trace = NULL;
+  atomic_store(&g_tracing, 0);
   pthread_mutex_unlock(&g_trace_lock);
 }
 
