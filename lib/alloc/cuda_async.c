@@ -48,7 +48,7 @@ loom_status loom_async_create(int index, const char *name, size_t limit, loom_as
   LOOM_TRY(loom_cuda_set_device(index));
   loom_async *a = calloc(1, sizeof *a);
   if (!a) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", name);
-  cudaMemPoolProps props;
+  struct cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
