@@ -5,7 +5,10 @@
  *   loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]
  *              [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]
  *              [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]
- *              [--train-limit N] [--test-limit N] [--quiet]
+ *              [--train-limit N] [--test-limit N] [--memory-stats] [--quiet]
+ *
+ * LOOM_ALLOC_TRACE=path records the allocator trace (epoch markers at each
+ * epoch's end) for bench_alloc_replay.
  */
 #include <errno.h>
 #include <math.h>
@@ -36,6 +39,7 @@ typedef struct options {
   const char *schedule;
   int64_t train_limit, test_limit;
   int quiet;
+  int memory_stats;
 } options;
 
 static double now_s(void) {
@@ -49,7 +53,7 @@ static void usage(FILE *f) {
           "usage: loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]\n"
           "                  [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]\n"
           "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
-          "                  [--train-limit N] [--test-limit N] [--quiet]\n"
+          "                  [--train-limit N] [--test-limit N] [--memory-stats] [--quiet]\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n");
 }
 
@@ -76,6 +80,7 @@ static int parse_args(int argc, char **argv, options *o) {
       exit(0);
     }
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+    if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -372,11 +377,18 @@ int main(int argc, char **argv) {
       printf("epoch %d/%d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s, data wait %.2f%% of step time\n",
              epoch, o.epochs, mean_loss, 100.0 * accuracy, (double)epoch_samples / dt, dt, 100.0 * wait_share);
     fflush(stdout);
+    loom_alloc_trace_epoch(epoch);
     if (csv)
       fprintf(csv, "%d,%.6f,%.6f,%.1f,%.3f,%.6f\n", epoch, mean_loss, accuracy, (double)epoch_samples / dt, dt,
               wait_share);
   }
   if (csv) fclose(csv);
+  if (o.memory_stats) {
+    char *summary = loom_memory_summary(dev);
+    if (summary) printf("%s", summary);
+    else fprintf(stderr, "loom-mnist: memory summary: %s\n", loom_last_error());
+    free(summary);
+  }
   printf("result test_accuracy=%.4f samples_per_sec=%.1f epochs=%d device=%s train_seconds=%.1f data_wait_share=%.4f\n",
          accuracy, train_seconds > 0 ? (double)train_samples / train_seconds : 0.0, o.epochs, devname, train_seconds,
          wait_share);
