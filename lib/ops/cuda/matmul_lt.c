@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/log.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
 
@@ -148,10 +149,17 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
       if (cs == CUBLAS_STATUS_SUCCESS && count > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
         p->algo = res.algo;
         p->has_algo = true;
-      } else if (cs != CUBLAS_STATUS_SUCCESS && cs != CUBLAS_STATUS_NOT_SUPPORTED) {
+      } else if (cs != CUBLAS_STATUS_SUCCESS && cs != CUBLAS_STATUS_NOT_SUPPORTED &&
+                 (epi == CUBLASLT_EPILOGUE_DEFAULT || cs != CUBLAS_STATUS_INVALID_VALUE)) {
         st = loom_cublas_error(cs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+      } else {
+        /* No algorithm for this problem (an epilogue may reject a layout with
+         * INVALID_VALUE): cached as such; the caller falls back. */
+        loom_log_msg(LOOM_LOG_INFO,
+                     "cuBLASLt: no algorithm for epilogue %d, %lld x %lld x %lld %s (%s); using the unfused path",
+                     (int)epi, (long long)g->M, (long long)g->N, (long long)g->K, loom_dtype_name(g->dt),
+                     cublasLtGetStatusName(cs));
       }
-      /* Otherwise no algorithm for this epilogue: cached as such. */
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
   }
@@ -208,7 +216,14 @@ loom_status loom_lt_gemm_run(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
     /* cuBLASLt's A is our B (see the top of this file). */
     cublasStatus_t cs = cublasLtMatmul(ctx->lt, p->desc, &alpha, g->B, p->la, g->A, p->lb, &beta, g->C, p->lc, g->C,
                                        p->lc, &p->algo, ctx->workspace, ctx->workspace_bytes, ctx->stream);
-    if (cs != CUBLAS_STATUS_SUCCESS) st = loom_cublas_error(cs, "cublasLtMatmul", __FILE__, __LINE__);
+    if (cs == CUBLAS_STATUS_NOT_SUPPORTED && g->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+      /* The heuristic offered an algorithm the call then refused: remember
+       * that and let the caller fall back (nothing was enqueued). */
+      p->has_algo = false;
+      st = LOOM_ERR_UNSUPPORTED;
+    } else if (cs != CUBLAS_STATUS_SUCCESS) {
+      st = loom_cublas_error(cs, "cublasLtMatmul", __FILE__, __LINE__);
+    }
   }
   pthread_mutex_unlock(&g_plan_lock);
   return st;

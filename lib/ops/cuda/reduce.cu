@@ -66,10 +66,42 @@ __global__ void k_reduce_thread(int kind, int idt, const void *x, int64_t rows, 
   }
 }
 
+/* Column reductions (rs == 1: adjacent outputs are adjacent in memory, as
+ * for bias gradients): a block covers 32 outputs; its 8 warps split the
+ * reduced dim, each lane reading one output's column, so every warp load is
+ * coalesced; shared memory combines the 8 partial results. */
+__global__ void k_reduce_cols(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t js, int odt,
+                              void *out) {
+  __shared__ double ssum[8][33];
+  __shared__ float smax[8][33];
+  const int64_t r = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  double acc = 0.0;
+  float m = -INFINITY;
+  if (r < rows) {
+    for (int64_t j = threadIdx.y; j < len; j += 8) {
+      float v = loom_load_f(x, idt, r + j * js);
+      if (kind == 0) acc += v;
+      else m = max_comb(m, v);
+    }
+  }
+  ssum[threadIdx.y][threadIdx.x] = acc;
+  smax[threadIdx.y][threadIdx.x] = m;
+  __syncthreads();
+  if (threadIdx.y == 0 && r < rows) {
+    for (int k = 1; k < 8; k++) {
+      acc += ssum[k][threadIdx.x];
+      m = max_comb(m, smax[k][threadIdx.x]);
+    }
+    loom_store_f(out, odt, r, kind == 0 ? (float)acc : m);
+  }
+}
+
 extern "C" cudaError_t loom_cu_reduce2d(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs,
                                         int64_t js, int odt, void *out, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  if (js == 1 || rows < 2048) {
+  if (rs == 1 && js != 1) {
+    k_reduce_cols<<<(unsigned)((rows + 31) / 32), dim3(32, 8), 0, s>>>(kind, idt, x, rows, len, js, odt, out);
+  } else if (js == 1 || rows < 2048) {
     k_reduce_block<<<(unsigned)rows, RED_THREADS, 0, s>>>(kind, idt, x, len, rs, js, odt, out);
   } else {
     k_reduce_thread<<<loom_grid_for(rows), 256, 0, s>>>(kind, idt, x, rows, len, rs, js, odt, out);
