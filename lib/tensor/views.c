@@ -157,6 +157,10 @@ loom_tensor *loom_slice(loom_tensor *t, int dim, int64_t start, int64_t end, int
   if (start < 0) start = 0;
   if (end > n) end = n;
   if (start > n) start = n;
+  /* Store a fully normalized range (0 <= start <= end <= n): backward replays
+   * this slice with the recorded ints, and an end that is still negative
+   * (e.g. -7 on 6 elements) would be wrapped a second time there. */
+  if (end < start) end = start;
   int64_t len = end > start ? (end - start + step - 1) / step : 0;
   int64_t shape[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
   for (int i = 0; i < t->ndim; i++) {
