@@ -6,6 +6,11 @@
 loom_tensor *loom_log_softmax(loom_tensor *logits, int dim) {
   if (!logits) return loom_op_run(LOOM_OP_LOG_SOFTMAX, &(loom_op_args){.n_in = 1});
   int d;
+  if (logits->ndim < 1) {
+    /* Checked here: the transposes below would otherwise report it as theirs. */
+    loom_set_error(LOOM_ERR_SHAPE, "log_softmax: needs at least 1 dim, got a 0-d tensor");
+    return NULL;
+  }
   if (loom_norm_dim("log_softmax", dim, logits->ndim, &d) != LOOM_OK) return NULL;
   /* Intermediates (transposes, contiguous copies) live in a private scope:
    * outside any scope the caller must own only the result. */
