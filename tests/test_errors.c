@@ -34,6 +34,7 @@ Test(errors, binary_ops_shape_dtype_null) {
   loom_clear_error();
   tk_assert_fails(loom_relu(NULL), LOOM_ERR_NULL_INPUT, "relu");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, null_propagation_keeps_the_root_cause) {
@@ -48,6 +49,7 @@ Test(errors, null_propagation_keeps_the_root_cause) {
   double v;
   tk_assert_error(loom_item(y, &v), LOOM_ERR_SHAPE, "matmul");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, devices) {
@@ -76,6 +78,7 @@ Test(errors, devices) {
   tk_assert_fails(loom_cross_entropy(loom_reshape(c, 2, (int64_t[]){4, 1}), loom_tensor_wrap(fake, sizeof fake, loom_cuda(0), 1, &ls, LOOM_I32, nothing, NULL)),
                   LOOM_ERR_DEVICE, "cross_entropy", "cuda:0");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, shapes_dims_and_reshapes) {
@@ -114,6 +117,7 @@ Test(errors, shapes_dims_and_reshapes) {
   tk_assert_error(loom_copy_(x, mk(1, &s4, LOOM_F32)), LOOM_ERR_SHAPE, "copy_", "[2, 3]", "[4]");
   tk_assert_error(loom_copy_(x, loom_transpose(mk(2, s23, LOOM_F32), 0, 1)), LOOM_ERR_SHAPE, "copy_", "non-contiguous");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, matmul_and_linear) {
@@ -134,6 +138,7 @@ Test(errors, matmul_and_linear) {
   tk_assert_fails(loom_linear(x, mk(2, wok, LOOM_F16), NULL, LOOM_ACT_NONE), LOOM_ERR_DTYPE, "linear", "f32", "f16");
   tk_assert_fails(loom_linear(x, mk(2, wok, LOOM_F32), NULL, (loom_activation)7), LOOM_ERR_INVALID_ARG, "linear", "activation");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, losses_and_labels) {
@@ -161,6 +166,7 @@ Test(errors, losses_and_labels) {
   loom_clear_error();
   tk_assert_error(loom_count_correct(NULL, x, &cnt), LOOM_ERR_NULL_INPUT, "NULL");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, autograd_misuse) {
@@ -192,6 +198,7 @@ Test(errors, autograd_misuse) {
   cr_assert_eq(loom_backward(loom_sum_all(loom_exp(x))), LOOM_OK, "%s", loom_last_error());
   tk_assert_error(loom_zero_grad(NULL), LOOM_ERR_NULL_INPUT, "zero_grad");
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(errors, nn_and_optim_options) {
@@ -274,4 +281,5 @@ Test(errors, nn_and_optim_options) {
   tk_assert_error(loom_optimizer_step(NULL), LOOM_ERR_INVALID_ARG, "optimizer");
   loom_module_free(lin);
   loom_scope_end();
+  tk_leak_check();
 }

@@ -48,6 +48,7 @@ Test(nn, sequential_fuses_linear_relu) {
   tk_assert_error(loom_last_status(), LOOM_ERR_SHAPE, "linear", "[5, 7]");
   loom_module_free(seq);
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(nn, mlp_builder) {
@@ -84,6 +85,7 @@ Test(nn, mlp_builder) {
   cr_assert_str_eq(loom_module_name(loom_module_child(lin, 0)), "Linear(3, 2)");
   loom_module_free(lin);
   loom_module_free(m);
+  tk_leak_check();
 }
 
 Test(nn, init_is_seeded) {
@@ -103,6 +105,7 @@ Test(nn, init_is_seeded) {
   free(vb);
   loom_tensor_release(a);
   loom_tensor_release(b);
+  tk_leak_check();
 }
 
 /* ---- optimizers vs float64 ---- */
@@ -163,6 +166,7 @@ Test(optim, sgd_matches_reference) {
     loom_tensor_release(p);
     free(p0);
   }
+  tk_leak_check();
 }
 
 Test(optim, adamw_matches_reference) {
@@ -205,6 +209,7 @@ Test(optim, adamw_matches_reference) {
     loom_tensor_release(p);
     free(p0);
   }
+  tk_leak_check();
 }
 
 Test(optim, params_without_grad_untouched_and_lr_control) {
@@ -230,6 +235,7 @@ Test(optim, params_without_grad_untouched_and_lr_control) {
   tk_assert_tensor(a, 1, &n, LOOM_F32, wa, 0, 0, "step without grads");
   loom_optimizer_free(o);
   loom_scope_end();
+  tk_leak_check();
 }
 
 Test(optim, lr_schedules) {
@@ -263,4 +269,5 @@ Test(optim, lr_schedules) {
   cr_assert_float_eq(loom_lr_at(&sw, 1), 1.0, 1e-12);
   cr_assert_float_eq(loom_lr_at(&sw, 4), 2.0, 1e-12);
   cr_assert_float_eq(loom_lr_at(&sw, 5), 0.2, 1e-12);
+  tk_leak_check();
 }

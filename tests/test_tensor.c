@@ -407,6 +407,7 @@ Test(scope, tensors_die_at_scope_end_unless_kept) {
   loom_tensor_release(to_caller);
   cr_assert_eq(refs(outer), 1, "the outer tensor was never the scope's");
   loom_tensor_release(outer);
+  tk_leak_check();
 }
 
 Test(scope, views_keep_storage_alive) {
@@ -423,6 +424,7 @@ Test(scope, views_keep_storage_alive) {
   free(r);
   loom_tensor_release(v);
   (void)n;
+  tk_leak_check();
 }
 
 /* Composite ops (mean = sum * 1/n, reshape of a non-viewable layout =
@@ -466,4 +468,5 @@ Test(scope, composite_ops_outside_a_scope_leave_nothing_behind) {
   loom_tensor_release(x);
   loom_tensor_release(w);
   loom_tensor_release(lab);
+  tk_leak_check();
 }

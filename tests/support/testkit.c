@@ -20,6 +20,22 @@ void tk_require_device(loom_device dev) {
   cr_skip_test("CUDA unavailable: %s", why);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TK_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TK_LSAN 1
+#endif
+#endif
+#ifdef TK_LSAN
+#include <sanitizer/lsan_interface.h>
+void tk_leak_check(void) {
+  cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "LeakSanitizer: this test leaked memory (report above)");
+}
+#else
+void tk_leak_check(void) {}
+#endif
+
 /* ---- random data ---------------------------------------------------------- */
 static uint64_t g_state = 0x9E3779B97F4A7C15ull;
 

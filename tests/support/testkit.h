@@ -24,6 +24,11 @@
 /* ---- devices ------------------------------------------------------------ */
 /* Skip (or fail, if LOOM_TEST_DEVICE=cuda) unless dev is usable. */
 void tk_require_device(loom_device dev);
+/* In a sanitizer build, fail the test if LeakSanitizer finds unreachable
+ * memory now (no-op otherwise). Criterion ignores a worker's exit status
+ * after the test has reported, so LSan's exit-time report alone would not
+ * fail anything: every test calls this at its end (DEVICE_TEST does). */
+void tk_leak_check(void);
 
 #define DEVICE_TEST(suite, name, ...)                                         \
   static void suite##_##name##_body(loom_device dev);                         \
@@ -32,12 +37,14 @@ void tk_require_device(loom_device dev);
     loom_scope_begin();                                                       \
     suite##_##name##_body(loom_cpu());                                        \
     loom_scope_end();                                                         \
+    tk_leak_check();                                                          \
   }                                                                           \
   Test(suite##_cuda, name, ##__VA_ARGS__) {                                   \
     tk_require_device(loom_cuda(0));                                          \
     loom_scope_begin();                                                       \
     suite##_##name##_body(loom_cuda(0));                                      \
     loom_scope_end();                                                         \
+    tk_leak_check();                                                          \
   }                                                                           \
   static void suite##_##name##_body(loom_device dev)
 
