@@ -5,8 +5,11 @@
  *   loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]
  *              [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]
  *              [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]
- *              [--train-limit N] [--test-limit N] [--precision fp32|fp16|bf16]
+ *              [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]
  *              [--keep-last-fp32] [--quiet]
+ *
+ * LOOM_ALLOC_TRACE=path records the allocator trace (epoch markers at each
+ * epoch's end) for bench_alloc_replay.
  *
  * --precision fp16 / bf16 trains with mixed precision (lib/amp): f16/bf16
  * GEMMs with f32 accumulation, f32 master weights; fp16 uses the dynamic loss
@@ -42,6 +45,7 @@ typedef struct options {
   const char *schedule;
   int64_t train_limit, test_limit;
   int quiet;
+  int memory_stats;
   loom_precision precision;
   int keep_last_fp32;
 } options;
@@ -57,7 +61,7 @@ static void usage(FILE *f) {
           "usage: loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]\n"
           "                  [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]\n"
           "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
-          "                  [--train-limit N] [--test-limit N] [--precision fp32|fp16|bf16]\n"
+          "                  [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]\n"
           "                  [--keep-last-fp32] [--quiet]\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n");
 }
@@ -85,6 +89,7 @@ static int parse_args(int argc, char **argv, options *o) {
       exit(0);
     }
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+    if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
     if (!strcmp(a, "--keep-last-fp32")) { o->keep_last_fp32 = 1; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
@@ -398,11 +403,18 @@ int main(int argc, char **argv) {
       printf("epoch %d/%d: train loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s, data wait %.2f%% of step time\n",
              epoch, o.epochs, mean_loss, 100.0 * accuracy, (double)epoch_samples / dt, dt, 100.0 * wait_share);
     fflush(stdout);
+    loom_alloc_trace_epoch(epoch);
     if (csv)
       fprintf(csv, "%d,%.6f,%.6f,%.1f,%.3f,%.6f\n", epoch, mean_loss, accuracy, (double)epoch_samples / dt, dt,
               wait_share);
   }
   if (csv) fclose(csv);
+  if (o.memory_stats) {
+    char *summary = loom_memory_summary(dev);
+    if (summary) printf("%s", summary);
+    else fprintf(stderr, "loom-mnist: memory summary: %s\n", loom_last_error());
+    free(summary);
+  }
   if (!o.quiet && o.precision != LOOM_PRECISION_FP32)
     printf("mixed precision: loss scale %g, %lld of %lld steps skipped (last overflow at step %lld)\n",
            loom_scaler_get_scale(scaler), (long long)loom_scaler_steps_skipped(scaler), (long long)global_step,

@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "rng.h"
 #include "device.h"
+#include "alloc.h"
 #include "tensor.h"
 #include "ops.h"
 #include "autograd.h"

@@ -65,6 +65,14 @@ LOOM_API loom_status loom_accuracy(loom_tensor *logits, loom_tensor *labels, dou
 /* Number of rows whose argmax equals the label. */
 LOOM_API loom_status loom_count_correct(loom_tensor *logits, loom_tensor *labels, int64_t *out);
 
+/* ---- GPU matmul precision ------------------------------------------------ */
+/* Allow f32 matmul/linear on the GPU to use TF32 tensor cores (10-bit
+ * mantissa inputs, f32 accumulation). Off by default: f32 stays f32 unless
+ * the user opts in. No effect on the CPU or in builds without CUDA. The
+ * setting is process-wide and may be changed between calls from any thread. */
+LOOM_API void loom_set_allow_tf32(bool allow);
+LOOM_API bool loom_get_allow_tf32(void);
+
 /* ---- CPU threading ------------------------------------------------------- */
 /* Threads used by CPU kernels (0 = all cores). */
 LOOM_API void loom_set_num_threads(int n);

@@ -18,5 +18,10 @@ void loom_alloc_free(loom_device dev, void *ptr);
 /* Page-locked host memory for H2D staging (plain host memory without CUDA). */
 loom_status loom_alloc_pinned_malloc(size_t nbytes, void **out);
 void loom_alloc_pinned_free(void *ptr);
+/* Mark that the allocation at ptr (on dev) is used by work on stream, which
+ * may belong to another device for pinned memory: freeing it then waits,
+ * GPU-side, for that work before the memory is reused. */
+loom_status loom_alloc_record_stream(loom_device dev, void *ptr, loom_stream *stream);
+loom_status loom_alloc_pinned_record_stream(void *ptr, loom_stream *stream);
 
 #endif

@@ -208,6 +208,10 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
 oom:
   st = loom_set_error(LOOM_ERR_OOM, "backward: out of host memory walking the graph");
 done:
+  /* deps doubles as the "visited" mark during collection: clear it on every
+   * exit, or an early error (a freed node, OOM) would leave nodes marked and
+   * a later backward through them would skip them as already visited. */
+  for (size_t i = 0; i < nodes.n; i++) ((loom_node *)nodes.p[i])->deps = 0;
   free(nodes.p);
   free(stack.p);
   free(leaves);
@@ -220,14 +224,33 @@ loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out) {
     return loom_set_error(LOOM_ERR_NULL_INPUT, "backward: the output tensor is NULL");
   }
   if (!grad_out) return loom_set_error(LOOM_ERR_NULL_INPUT, "backward: the output gradient is NULL");
-  if (grad_out->ndim != out->ndim || loom_shape_numel(out->ndim, out->shape) != loom_shape_numel(grad_out->ndim, grad_out->shape))
-    return loom_set_error(LOOM_ERR_SHAPE, "backward: the output gradient's shape does not match the output's");
+  /* The seed must match the output exactly: same dims (not only the same
+   * element count, which let [3, 2] seed a [2, 3] output), dtype and device.
+   * Checked before anything runs, so a bad seed does not free the graph. */
+  bool same = grad_out->ndim == out->ndim;
+  for (int d = 0; same && d < out->ndim; d++) same = grad_out->shape[d] == out->shape[d];
+  if (!same) {
+    char b1[96], b2[96];
+    return loom_set_error(LOOM_ERR_SHAPE, "backward: the output gradient has shape %s but the output has shape %s",
+                          loom_shape_str(grad_out->ndim, grad_out->shape, b1, 96), loom_shape_str(out->ndim, out->shape, b2, 96));
+  }
+  if (grad_out->dtype != out->dtype)
+    return loom_set_error(LOOM_ERR_DTYPE, "backward: the output gradient is %s but the output is %s; cast it first",
+                          loom_dtype_name(grad_out->dtype), loom_dtype_name(out->dtype));
+  if (!loom_device_eq(grad_out->storage->device, out->storage->device)) {
+    char b1[32], b2[32];
+    return loom_set_error(LOOM_ERR_DEVICE, "backward: the output gradient is on %s but the output is on %s",
+                          loom_device_str(grad_out->storage->device, b1, 32), loom_device_str(out->storage->device, b2, 32));
+  }
   if (!out->grad_fn) {
     if (out->requires_grad) {
-      /* A leaf: its gradient is the seed itself. */
+      /* A leaf: its gradient is the seed itself; its gradient is then
+       * complete, so its grad-ready hook fires as for any other leaf. */
       loom_tensor *g = clone_raw(grad_out);
       if (!g) return loom_last_status();
-      return accumulate(&out->grad, g);
+      loom_status st = accumulate(&out->grad, g);
+      if (st == LOOM_OK && out->hook) out->hook(out, out->grad, out->hook_user);
+      return st;
     }
     return loom_set_error(LOOM_ERR_INVALID_ARG,
                           "backward: the tensor does not require grad (no input of the ops that made it requires grad, "

@@ -23,6 +23,8 @@ void loom_node_free_saved(loom_node *n) {
     loom_tensor_release(n->saved_out[k]);
     n->saved_out[k] = NULL;
   }
+  loom_tensor_release(n->given_db);
+  n->given_db = NULL;
   n->freed = true;
 }
 
@@ -47,6 +49,7 @@ loom_status loom_node_record(loom_op_id op, const loom_op_args *a) {
     if (t->grad_fn) {
       n->needs_grad[k] = true;
       atomic_fetch_add(&t->grad_fn->refcount, 1);
+      t->grad_fn->consumers++;
       n->next[k].node = t->grad_fn;
     } else if (t->requires_grad) {
       n->needs_grad[k] = true;
@@ -60,6 +63,11 @@ loom_status loom_node_record(loom_op_id op, const loom_op_args *a) {
   if (d->saves & LOOM_SAVE_OUT0) {
     n->saved_out[0] = alias(a->out[0]);
     ok = ok && n->saved_out[0];
+  }
+  /* Output 1 is optional (e.g. linear's ReLU mask exists only on CUDA). */
+  if ((d->saves & LOOM_SAVE_OUT1) && a->n_out > 1 && a->out[1]) {
+    n->saved_out[1] = alias(a->out[1]);
+    ok = ok && n->saved_out[1];
   }
   if (!ok) {
     loom_node_release(n);

@@ -27,6 +27,12 @@ typedef struct loom_node {
   loom_tensor *saved_in[LOOM_OP_MAX_IN];   /* detached aliases, owned */
   loom_tensor *saved_out[LOOM_OP_MAX_OUT]; /* detached aliases, owned */
   bool freed;                              /* saved tensors already released */
+  int consumers;                           /* nodes recorded with this node's output as an input */
+  /* Set by a consumer's backward that already applied this node's dReLU
+   * (CUDA DRELU_BGRAD chaining, see loom_grad_linear): the gradient this
+   * node receives is dZ, and its bias gradient is given_db (owned). */
+  bool gy_is_dz;
+  loom_tensor *given_db;
   /* engine scratch (valid during one backward) */
   loom_tensor *pending_grad;
   int deps;

@@ -2,6 +2,7 @@
 #ifndef LOOM_DEVICE_INTERNAL_H
 #define LOOM_DEVICE_INTERNAL_H
 
+#include <stddef.h>
 #include "loom/device.h"
 #include "core/error.h"
 
@@ -17,6 +18,24 @@ struct loom_event {
   int recorded;
 };
 
+/* ---- logical CUDA devices (visible filter + virtual split) ------------------ */
+#define LOOM_MAX_LOGICAL_GPUS 64
+#define LOOM_MAX_VIRTUAL_PER_GPU 16
+
+/* Physical GPU behind logical CUDA device `index` (-1 if none). */
+int loom_device_physical(int index);
+/* Memory limit of a virtual device in bytes (0: not virtual, no limit). */
+size_t loom_device_memory_limit(int index);
+/* Tests only: pretend there are n physical GPUs of mem bytes each, before
+ * any device is used. No CUDA call is made for them: their streams and events
+ * behave like the CPU's, and the allocator gives them fake providers.
+ * LOOM_ERR_STATE after first use. */
+loom_status loom_device_testing_fake_gpus(int n, size_t mem);
+/* n > 0 when fake GPUs are active (mem: their size). */
+int loom_device_fake_gpus(size_t *mem);
+/* A CUDA device backed by the CUDA runtime (not a fake one). */
+int loom_device_is_real_cuda(loom_device dev);
+
 #ifdef LOOM_HAVE_CUDA
 #include <cuda_runtime_api.h>
 /* Turn a failed CUDA runtime call into a loom error naming call, file, line. */
@@ -26,7 +45,7 @@ loom_status loom_cuda_error(cudaError_t e, const char *call, const char *file, i
     cudaError_t loom_ce_ = (call);                                             \
     if (loom_ce_ != cudaSuccess) return loom_cuda_error(loom_ce_, #call, __FILE__, __LINE__); \
   } while (0)
-/* Make dev's GPU current for this thread. */
+/* Make logical device index's physical GPU current for this thread. */
 loom_status loom_cuda_set_device(int index);
 #endif
 

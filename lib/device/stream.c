@@ -1,5 +1,7 @@
 /* stream.c — streams and events: synchronous on the CPU, CUDA streams and
- * events on GPUs, behind one interface. */
+ * events on GPUs, behind one interface. Each logical CUDA device (virtual
+ * devices included) has its own current stream; fake GPUs (tests) behave
+ * like the CPU. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -27,8 +29,8 @@ loom_stream *loom_stream_current(loom_device dev) {
     s->native = NULL;
 #ifdef LOOM_HAVE_CUDA
     cudaStream_t cs = NULL;
-    if (loom_cuda_set_device(dev.index) != LOOM_OK ||
-        cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess) {
+    if (loom_device_is_real_cuda(dev) && (loom_cuda_set_device(dev.index) != LOOM_OK ||
+        cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess)) {
       pthread_mutex_unlock(&g_stream_lock);
       loom_set_error(LOOM_ERR_CUDA, "cuda:%d: could not create the compute stream", dev.index);
       return NULL;
@@ -50,7 +52,7 @@ loom_status loom_stream_create(loom_device dev, loom_stream **out) {
   s->device = dev;
   s->owned = 1;
 #ifdef LOOM_HAVE_CUDA
-  if (dev.kind == LOOM_CUDA) {
+  if (loom_device_is_real_cuda(dev)) {
     cudaStream_t cs = NULL;
     loom_status st = loom_cuda_set_device(dev.index);
     if (st == LOOM_OK) {
@@ -79,7 +81,7 @@ void *loom_stream_native(const loom_stream *s) { return s ? s->native : NULL; }
 loom_status loom_stream_synchronize(loom_stream *s) {
   if (!s) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_stream_synchronize: stream is NULL");
 #ifdef LOOM_HAVE_CUDA
-  if (s->device.kind == LOOM_CUDA) LOOM_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s->native));
+  if (loom_device_is_real_cuda(s->device)) LOOM_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s->native));
 #endif
   return LOOM_OK;
 }
@@ -87,9 +89,9 @@ loom_status loom_stream_synchronize(loom_stream *s) {
 loom_status loom_stream_wait_event(loom_stream *s, loom_event *e) {
   if (!s || !e) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_stream_wait_event: NULL stream or event");
 #ifdef LOOM_HAVE_CUDA
-  if (s->device.kind == LOOM_CUDA && e->device.kind == LOOM_CUDA && e->recorded)
+  if (loom_device_is_real_cuda(s->device) && loom_device_is_real_cuda(e->device) && e->recorded)
     LOOM_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)s->native, (cudaEvent_t)e->native, 0));
-  else if (e->device.kind == LOOM_CUDA && e->recorded)
+  else if (loom_device_is_real_cuda(e->device) && e->recorded)
     LOOM_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->native));  /* a CPU stream waits on the host */
 #endif
   return LOOM_OK;
@@ -103,7 +105,7 @@ loom_status loom_event_create(loom_device dev, loom_event **out) {
   if (!e) return loom_set_error(LOOM_ERR_OOM, "loom_event_create: out of host memory");
   e->device = dev;
 #ifdef LOOM_HAVE_CUDA
-  if (dev.kind == LOOM_CUDA) {
+  if (loom_device_is_real_cuda(dev)) {
     cudaEvent_t ce = NULL;
     loom_status st = loom_cuda_set_device(dev.index);
     if (st == LOOM_OK) {
@@ -131,7 +133,7 @@ loom_status loom_event_record(loom_event *e, loom_stream *s) {
   if (!loom_device_eq(e->device, s->device))
     return loom_set_error(LOOM_ERR_DEVICE, "loom_event_record: event and stream are on different devices");
 #ifdef LOOM_HAVE_CUDA
-  if (s->device.kind == LOOM_CUDA) LOOM_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->native, (cudaStream_t)s->native));
+  if (loom_device_is_real_cuda(s->device)) LOOM_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->native, (cudaStream_t)s->native));
 #endif
   e->recorded = 1;
   return LOOM_OK;
@@ -140,7 +142,7 @@ loom_status loom_event_record(loom_event *e, loom_stream *s) {
 int loom_event_query(loom_event *e) {
   if (!e) { loom_set_error(LOOM_ERR_INVALID_ARG, "loom_event_query: event is NULL"); return -1; }
 #ifdef LOOM_HAVE_CUDA
-  if (e->device.kind == LOOM_CUDA && e->recorded) {
+  if (loom_device_is_real_cuda(e->device) && e->recorded) {
     cudaError_t r = cudaEventQuery((cudaEvent_t)e->native);
     if (r == cudaSuccess) return 1;
     if (r == cudaErrorNotReady) { (void)cudaGetLastError(); return 0; }
@@ -154,7 +156,7 @@ int loom_event_query(loom_event *e) {
 loom_status loom_event_synchronize(loom_event *e) {
   if (!e) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_event_synchronize: event is NULL");
 #ifdef LOOM_HAVE_CUDA
-  if (e->device.kind == LOOM_CUDA && e->recorded) LOOM_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->native));
+  if (loom_device_is_real_cuda(e->device) && e->recorded) LOOM_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->native));
 #endif
   return LOOM_OK;
 }

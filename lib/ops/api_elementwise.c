@@ -46,5 +46,8 @@ loom_tensor *loom_sum_to_shape(loom_tensor *g, int ndim, const int64_t *shape) {
     if (g->ndim == ndim) return loom_tensor_adopt(loom_tensor_retain(g));
     return loom_reshape(g, ndim, shape);
   }
-  return loom_reshape(loom_sum(g, nd, dims, false), ndim, shape);
+  loom_scope_begin(); /* the unreshaped sum is an intermediate */
+  loom_tensor *r = loom_keep(loom_reshape(loom_sum(g, nd, dims, false), ndim, shape));
+  loom_scope_end();
+  return r;
 }

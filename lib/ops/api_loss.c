@@ -6,21 +6,37 @@
 loom_tensor *loom_log_softmax(loom_tensor *logits, int dim) {
   if (!logits) return loom_op_run(LOOM_OP_LOG_SOFTMAX, &(loom_op_args){.n_in = 1});
   int d;
+  if (logits->ndim < 1) {
+    /* Checked here: the transposes below would otherwise report it as theirs. */
+    loom_set_error(LOOM_ERR_SHAPE, "log_softmax: needs at least 1 dim, got a 0-d tensor");
+    return NULL;
+  }
   if (loom_norm_dim("log_softmax", dim, logits->ndim, &d) != LOOM_OK) return NULL;
+  /* Intermediates (transposes, contiguous copies) live in a private scope:
+   * outside any scope the caller must own only the result. */
+  loom_scope_begin();
+  loom_tensor *r;
   if (d != logits->ndim - 1) {
     /* Kernels work on the last dim: move dim there and back. */
     loom_tensor *t = loom_transpose(logits, d, -1);
-    return loom_transpose(loom_log_softmax(t, -1), d, -1);
+    r = loom_transpose(loom_log_softmax(t, -1), d, -1);
+  } else {
+    loom_op_args args = {.in = {loom_tensor_is_contiguous(logits) ? logits : loom_contiguous(logits)}, .n_in = 1};
+    args.i[0] = d;
+    r = loom_op_run(LOOM_OP_LOG_SOFTMAX, &args);
   }
-  loom_op_args args = {.in = {loom_tensor_is_contiguous(logits) ? logits : loom_contiguous(logits)}, .n_in = 1};
-  args.i[0] = d;
-  return loom_op_run(LOOM_OP_LOG_SOFTMAX, &args);
+  r = loom_keep(r);
+  loom_scope_end();
+  return r;
 }
 
 loom_tensor *loom_cross_entropy(loom_tensor *logits, loom_tensor *labels) {
+  loom_scope_begin(); /* for the contiguous copy, see loom_log_softmax */
   loom_tensor *x = logits && !loom_tensor_is_contiguous(logits) ? loom_contiguous(logits) : logits;
   loom_op_args args = {.in = {x, labels}, .n_in = 2};
-  return loom_op_run(LOOM_OP_CROSS_ENTROPY, &args);
+  loom_tensor *r = loom_keep(loom_op_run(LOOM_OP_CROSS_ENTROPY, &args));
+  loom_scope_end();
+  return r;
 }
 
 loom_status loom_count_correct(loom_tensor *logits, loom_tensor *labels, int64_t *out) {

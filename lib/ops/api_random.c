@@ -1,9 +1,14 @@
-/* api_random.c — rand / randn from the global Philox generator. Numbers are
- * drawn on the host from (seed, offset), so every device gets the same ones. */
+/* api_random.c — rand / randn from the global Philox generator. Numbers
+ * come from (seed, offset) of the global generator, so every device gets the
+ * same ones: drawn on the host for the CPU, by the same Philox code in a
+ * kernel for CUDA tensors. */
 #include <stdlib.h>
 
 #include "loom/rng.h"
 #include "ops/op.h"
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
+#include "ops/cuda/cuda_kernels.h"
+#endif
 
 static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const int64_t *shape, loom_dtype dt,
                                   loom_device dev) {
@@ -14,6 +19,20 @@ static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const in
   loom_tensor *t = loom_tensor_alloc_raw(ndim, shape, dt, dev);
   if (!t) return NULL;
   int64_t n = loom_shape_numel(ndim, shape);
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
+  if (dev.kind == LOOM_CUDA) {
+    /* Drawn on the device: the same Philox numbers (core/philox.h), no
+     * host buffer, no copy. */
+    uint64_t dseed, doffset;
+    loom_rng_global_reserve((size_t)n, &dseed, &doffset);
+    if (loom_cuda_rng_fill(t, normal, dseed, doffset, 0.0f, 1.0f) != LOOM_OK) {
+      loom_error_prefix("%s", fn);
+      loom_tensor_release(t);
+      return NULL;
+    }
+    return loom_tensor_adopt(t);
+  }
+#endif
   float *host = malloc((size_t)(n ? n : 1) * sizeof(float));
   if (!host) {
     loom_tensor_release(t);

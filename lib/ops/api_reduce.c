@@ -44,7 +44,13 @@ loom_tensor *loom_mean(loom_tensor *a, int ndims, const int *dims, bool keepdim)
   int64_t cnt = 1;
   for (int d = 0; d < a->ndim; d++)
     if (mask >> d & 1) cnt *= a->shape[d];
-  return loom_mul_scalar(reduce(LOOM_OP_SUM, "mean", a, ndims, dims, keepdim), cnt ? 1.0 / (double)cnt : NAN);
+  /* A private scope for the intermediate sum: outside any scope the caller
+   * must get only the result, not an orphaned temporary (ownership rule). */
+  loom_scope_begin();
+  loom_tensor *r = loom_keep(
+      loom_mul_scalar(reduce(LOOM_OP_SUM, "mean", a, ndims, dims, keepdim), cnt ? 1.0 / (double)cnt : NAN));
+  loom_scope_end();
+  return r;
 }
 
 loom_tensor *loom_sum_all(loom_tensor *a) { return loom_sum(a, 0, NULL, false); }

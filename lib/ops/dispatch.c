@@ -59,7 +59,10 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
     if (loom_last_status() != LOOM_OK) loom_error_prefix("%s", d->name);
     goto fail;
   }
-  if (record && d->backward && loom_is_grad_enabled()) {
+  /* An integer result (a cast to i32/i64/u8) ends the graph: it cannot carry
+   * a gradient, and recording it would make an integer tensor report
+   * requires_grad, which loom_set_requires_grad forbids. */
+  if (record && d->backward && loom_is_grad_enabled() && a->out[0] && loom_dtype_is_float(a->out[0]->dtype)) {
     bool any = false;
     for (int k = 0; k < a->n_in; k++) any = any || loom_requires_grad(a->in[k]);
     if (any && loom_node_record(id, a) != LOOM_OK) goto fail;

@@ -130,18 +130,52 @@ LOOM_GRAD_RULE(loom_grad_matmul) {
 LOOM_GRAD_RULE(loom_grad_linear) {
   /* One op computes dX, dW and db; dX is skipped when the input needs none
    * (the first layer). The engine owns gy exclusively when it says so, and
-   * then dReLU is applied in place over it. */
-  loom_op_args a = {.in = {gy, n->saved_in[0], n->saved_in[1], n->saved_out[0]}, .n_in = 4};
-  a.i[0] = n->args.i[0];
+   * then dReLU is applied in place over it.
+   *
+   * CUDA chaining (DESIGN.md §7): when this layer's input is the output of
+   * a fused Linear→ReLU node p whose only consumer is this node, p saved
+   * its ReLU bitmask (out1). This layer's dX GEMM then applies p's dReLU and
+   * computes p's bias gradient in its epilogue (DRELU_BGRAD): gx[0] is p's
+   * dZ, and p is marked so that its own backward skips dReLU and takes the
+   * bias gradient computed here. The CPU never saves a mask, so never
+   * chains. */
+  bool dz_given = n->gy_is_dz;
+  n->gy_is_dz = false;
+  int64_t act = dz_given ? LOOM_ACT_NONE : n->args.i[0];
+  loom_node *p = NEED(0) ? n->next[0].node : NULL;
+  bool chain = p && p->op == LOOM_OP_LINEAR && p->args.i[0] == LOOM_ACT_RELU && p->saved_out[1] && !p->freed &&
+               p->consumers == 1;
+  loom_tensor *g = gy;
+  bool g_own = n->gy_exclusive;
+  if (chain && act == LOOM_ACT_RELU) {
+    /* in[3] carries p's mask, so this layer's own dReLU is a pass of its own
+     * (from y > 0: loom's kernels never read cuBLASLt's bitmask). */
+    loom_op_args r = {.in = {gy, n->saved_out[0]}, .n_in = 2};
+    g = loom_op_run(LOOM_OP_RELU_BACKWARD, &r);
+    if (!g) return loom_last_status();
+    g_own = true;
+    act = LOOM_ACT_NONE;
+  }
+  loom_op_args a = {.in = {g, n->saved_in[0], n->saved_in[1], chain ? p->saved_out[1] : n->saved_out[0]}, .n_in = 4};
+  a.i[0] = act;
   a.i[1] = NEED(0);
   a.i[2] = NEED(1);
-  a.i[3] = n->n_in > 2 && NEED(2);
-  a.i[4] = n->gy_exclusive;
+  a.i[3] = n->n_in > 2 && NEED(2) && !dz_given;
+  a.i[4] = g_own;
   a.i[5] = n->n_in > 2 ? (int64_t)n->in_dtype[2] : -1;
-  loom_op_run(LOOM_OP_LINEAR_BACKWARD, &a);
+  a.i[6] = chain;
+  a.i[7] = (chain && p->n_in > 2 && p->needs_grad[2]) ? (int64_t)p->in_dtype[2] : -1;
+  loom_op_run(LOOM_OP_LINEAR_BACKWARD, &a);  /* out[0] is NULL when dX is skipped: check the outputs */
+  bool ok = (!NEED(0) || a.out[0]) && (!NEED(1) || a.out[1]) && (a.i[7] < 0 || a.out[3]);
+  if (!ok) return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
   gx[0] = a.out[0];
   gx[1] = a.out[1];
-  if (n->n_in > 2) gx[2] = a.out[2];
+  if (n->n_in > 2) gx[2] = dz_given ? n->given_db : a.out[2];
+  if (chain) {
+    p->gy_is_dz = true;
+    loom_tensor_release(p->given_db);
+    p->given_db = loom_tensor_retain(a.out[3]);
+  }
   return LOOM_OK;
 }
 

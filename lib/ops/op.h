@@ -10,7 +10,7 @@
 #include "tensor/tensor_internal.h"
 
 #define LOOM_OP_MAX_IN 4
-#define LOOM_OP_MAX_OUT 3
+#define LOOM_OP_MAX_OUT 4  /* linear_backward: dX, dW, db, and the chained db of the previous layer */
 #define LOOM_OP_MAX_INTS 12
 
 /* Append-only within a build; the order is the table's order. */

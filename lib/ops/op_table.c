@@ -33,6 +33,7 @@ CPU_EW(cpu_relu, unary, LOOM_EW_RELU)
 
 #define IN(k) LOOM_SAVE_IN(k)
 #define OUT0 LOOM_SAVE_OUT0
+#define OUT1 LOOM_SAVE_OUT1
 
 /* name, n_in, max_in, n_out, infer, cpu, cuda, backward, saves, same_dtype */
 static const loom_op_def g_ops[LOOM_OP_COUNT] = {
@@ -56,8 +57,9 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   [LOOM_OP_MAX] = {"max", 1, 1, 1, loom_infer_reduce, loom_cpu_max, CUDA_K(loom_cuda_max), loom_grad_max, IN(0) | OUT0, 0},
   [LOOM_OP_ARGMAX] = {"argmax", 1, 1, 1, loom_infer_argmax, loom_cpu_argmax, CUDA_K(loom_cuda_argmax), NULL, 0, 0},
   [LOOM_OP_MATMUL] = {"matmul", 2, 2, 1, loom_infer_matmul, loom_cpu_matmul, CUDA_K(loom_cuda_matmul), loom_grad_matmul, IN(0) | IN(1), 1},
-  [LOOM_OP_LINEAR] = {"linear", 2, 3, 1, loom_infer_linear, loom_cpu_linear, CUDA_K(loom_cuda_linear), loom_grad_linear, IN(0) | IN(1) | OUT0, 1},
-  [LOOM_OP_LINEAR_BACKWARD] = {"linear_backward", 3, 4, 3, loom_infer_linear_backward, loom_cpu_linear_backward, CUDA_K(loom_cuda_linear_backward), NULL, 0, 0},
+  /* linear: out1 is the ReLU bitmask on CUDA (see loom_infer_linear). linear_backward: out3 is the chained db. */
+  [LOOM_OP_LINEAR] = {"linear", 2, 3, 2, loom_infer_linear, loom_cpu_linear, CUDA_K(loom_cuda_linear), loom_grad_linear, IN(0) | IN(1) | OUT0 | OUT1, 1},
+  [LOOM_OP_LINEAR_BACKWARD] = {"linear_backward", 3, 4, 4, loom_infer_linear_backward, loom_cpu_linear_backward, CUDA_K(loom_cuda_linear_backward), NULL, 0, 0},
   [LOOM_OP_LOG_SOFTMAX] = {"log_softmax", 1, 1, 1, loom_infer_log_softmax, loom_cpu_log_softmax, CUDA_K(loom_cuda_log_softmax), loom_grad_log_softmax, OUT0, 0},
   [LOOM_OP_LOG_SOFTMAX_BACKWARD] = {"log_softmax_backward", 2, 2, 1, loom_infer_log_softmax, loom_cpu_log_softmax_backward, CUDA_K(loom_cuda_log_softmax_backward), NULL, 0, 1},
   [LOOM_OP_CROSS_ENTROPY] = {"cross_entropy", 2, 2, 1, loom_infer_cross_entropy, loom_cpu_cross_entropy, CUDA_K(loom_cuda_cross_entropy), loom_grad_cross_entropy, IN(0) | IN(1), 0},

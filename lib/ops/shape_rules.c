@@ -138,10 +138,28 @@ loom_status loom_infer_linear(const char *opname, const loom_op_args *a, loom_ou
   for (int d = 0; d < x->ndim - 1; d++) o[0].shape[d] = x->shape[d];
   o[0].shape[x->ndim - 1] = w->shape[0];
   o[0].dtype = x->dtype;
+  /* On CUDA, a fused Linear→ReLU that autograd will differentiate also
+   * keeps the ReLU bitmask cuBLASLt's RELU_AUX_BIAS epilogue writes: one row
+   * of ceil(out/128)*128 bits per input row (its leading dimension is
+   * counted in bits and must be a multiple of 128). The CPU keeps no mask
+   * (it uses y > 0). */
+  bool grad = false;
+  for (int k = 0; k < 3; k++) grad = grad || (a->in[k] && loom_requires_grad(a->in[k]));
+  if (a->i[0] == LOOM_ACT_RELU && x->storage->device.kind == LOOM_CUDA && grad && loom_is_grad_enabled()) {
+    int64_t rows = 1;
+    for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
+    o[1].ndim = 2;
+    o[1].shape[0] = rows;
+    o[1].shape[1] = (w->shape[0] + 127) / 128 * 16;
+    o[1].dtype = LOOM_U8;
+  }
   return LOOM_OK;
 }
 
-/* in: gy, x, w, y; i[1..3]: need dx, dw, db. out: dx, dw, db (ndim -1 = skipped). */
+/* in: gy, x, w, y; i[1..3]: need dx, dw, db. out: dx, dw, db (ndim -1 = skipped).
+ * CUDA chaining (i[6] set): in[3] is the previous layer's ReLU bitmask and
+ * out[3] receives the previous layer's bias gradient (length in, dtype i[7])
+ * when i[7] >= 0. */
 loom_status loom_infer_linear_backward(const char *opname, const loom_op_args *a, loom_out_spec *o) {
   const loom_tensor *x = a->in[1], *w = a->in[2];
   o[0].ndim = -1;
@@ -162,6 +180,12 @@ loom_status loom_infer_linear_backward(const char *opname, const loom_op_args *a
     o[2].ndim = 1;
     o[2].shape[0] = w->shape[0];
     o[2].dtype = a->i[5] >= 0 ? (loom_dtype)a->i[5] : w->dtype;
+  }
+  o[3].ndim = -1;
+  if (a->i[6] && a->i[7] >= 0) {
+    o[3].ndim = 1;
+    o[3].shape[0] = x->shape[x->ndim - 1];
+    o[3].dtype = (loom_dtype)a->i[7];
   }
   return LOOM_OK;
 }

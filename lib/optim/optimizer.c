@@ -79,8 +79,13 @@ loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_o
     }
     memcpy(&o, opt, opt->size);
   }
-  if (!(o.lr >= 0) || o.momentum < 0 || o.weight_decay < 0 || o.dampening < 0) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "sgd: lr, momentum, dampening and weight_decay must be >= 0");
+  /* Written as !(x >= 0) so that NaN is rejected too; infinities as well. */
+  if (!(o.lr >= 0 && o.lr < INFINITY) || !(o.momentum >= 0 && o.momentum < INFINITY) ||
+      !(o.weight_decay >= 0 && o.weight_decay < INFINITY) || !(o.dampening >= 0 && o.dampening < INFINITY)) {
+    loom_set_error(LOOM_ERR_INVALID_ARG,
+                   "sgd: lr, momentum, dampening and weight_decay must be finite and >= 0 (got lr %g, momentum %g, "
+                   "dampening %g, weight_decay %g)",
+                   o.lr, o.momentum, o.dampening, o.weight_decay);
     return NULL;
   }
   if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
@@ -104,9 +109,12 @@ loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_ada
     }
     memcpy(&o, opt, opt->size);
   }
-  if (!(o.lr >= 0) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) || !(o.eps > 0) ||
-      o.weight_decay < 0) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "adamw: need lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0");
+  if (!(o.lr >= 0 && o.lr < INFINITY) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
+      !(o.eps > 0 && o.eps < INFINITY) || !(o.weight_decay >= 0 && o.weight_decay < INFINITY)) {
+    loom_set_error(LOOM_ERR_INVALID_ARG,
+                   "adamw: need finite lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0 (got lr %g, betas %g, %g, "
+                   "eps %g, weight_decay %g)",
+                   o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
     return NULL;
   }
   loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_ADAMW, 2);

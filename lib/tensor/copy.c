@@ -135,8 +135,13 @@ loom_status loom_copy_(loom_tensor *dst, loom_tensor *src) {
     loom_tensor_retain(s);
   }
   loom_tensor *view = s;
-  if (s->ndim != dst->ndim) {
-    /* Same element count, different rank: read the source as contiguous. */
+  bool same_shape = s->ndim == dst->ndim;
+  for (int d = 0; same_shape && d < dst->ndim; d++) same_shape = s->shape[d] == dst->shape[d];
+  if (!same_shape) {
+    /* Same element count, different shape (rank or dims): read the source as
+     * contiguous row-major. Handing differently-shaped operands to the copy
+     * kernel would broadcast one against the other ([1,6] -> [6,1] copied
+     * element 0 six times; [2,3] -> [3,2] read the wrong elements). */
     int64_t strides[LOOM_MAX_DIMS];
     loom_contiguous_strides(dst->ndim, dst->shape, strides);
     if (!loom_tensor_is_contiguous(s)) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc/alloc.h"
+#include "loom/alloc.h"
 #include "autograd/node.h"
 #include "ops/op.h"
 #include "tensor/tensor_internal.h"
@@ -270,3 +271,14 @@ loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad) {
 
 bool loom_requires_grad(const loom_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
 loom_tensor *loom_grad(const loom_tensor *t) { return t ? t->grad : NULL; }
+
+/* ---- streams ---------------------------------------------------------------- */
+loom_status loom_tensor_record_stream(loom_tensor *t, loom_stream *s) {
+  if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "record_stream: tensor is NULL");
+  if (!s) return loom_set_error(LOOM_ERR_INVALID_ARG, "record_stream: stream is NULL");
+  if (t->storage->release)
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "record_stream: this tensor wraps memory loom does not own (loom_tensor_wrap); its owner "
+                          "decides when it may be reused");
+  return loom_alloc_record_stream(t->storage->device, t->storage->data, s);
+}

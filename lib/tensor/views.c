@@ -100,7 +100,12 @@ loom_tensor *loom_reshape(loom_tensor *t, int ndim, const int64_t *shape) {
   int64_t s[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
   if (resolve_shape("reshape", t, ndim, shape, s) != LOOM_OK) return NULL;
   if (view_strides(t, ndim, s, strides)) return loom_view(t, ndim, s);
-  return loom_view(loom_contiguous(t), ndim, s);
+  /* The contiguous copy is an intermediate: scope it so that, outside any
+   * scope, the caller owns only the returned view. */
+  loom_scope_begin();
+  loom_tensor *r = loom_keep(loom_view(loom_contiguous(t), ndim, s));
+  loom_scope_end();
+  return r;
 }
 
 loom_tensor *loom_permute(loom_tensor *t, const int *dims) {
@@ -157,6 +162,10 @@ loom_tensor *loom_slice(loom_tensor *t, int dim, int64_t start, int64_t end, int
   if (start < 0) start = 0;
   if (end > n) end = n;
   if (start > n) start = n;
+  /* Store a fully normalized range (0 <= start <= end <= n): backward replays
+   * this slice with the recorded ints, and an end that is still negative
+   * (e.g. -7 on 6 elements) would be wrapped a second time there. */
+  if (end < start) end = start;
   int64_t len = end > start ? (end - start + step - 1) / step : 0;
   int64_t shape[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
   for (int i = 0; i < t->ndim; i++) {

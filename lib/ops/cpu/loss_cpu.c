@@ -20,14 +20,20 @@ static int64_t label_at(const loom_tensor *l, int64_t i) {
   }
 }
 
-/* Row log-sum-exp with max subtraction (stable). */
-static float row_lse(const float *r, int64_t C) {
+/* Row log-sum-exp with max subtraction (stable), split as m + log(s): callers
+ * form (x - m) - log(s) so that large logits (|x| ~ 1e3, where an f32 ulp is
+ * 6e-5) do not lose the result's precision to rounding m + log(s) first. */
+static float row_max_logsum(const float *r, int64_t C, float *logsum) {
   float m = -INFINITY;
   for (int64_t j = 0; j < C; j++) m = r[j] > m ? r[j] : m;
-  if (isinf(m) && m < 0) return m;
+  if (isinf(m) && m < 0) {
+    *logsum = 0.0f;
+    return m;
+  }
   double s = 0;
   for (int64_t j = 0; j < C; j++) s += expf(r[j] - m);
-  return m + (float)log(s);
+  *logsum = (float)log(s);
+  return m;
 }
 
 /* Run fn over rows with a per-thread f32 row buffer. */
@@ -58,8 +64,9 @@ loom_status loom_cpu_log_softmax(loom_op_args *a) {
   char *po = loom_tensor_ptr(o);
   FOR_ROWS_F32("log_softmax", rows, C, {
     loom_cpu_load_f32(px + (size_t)(i * C) * es, x->dtype, 1, C, rowbuf);
-    float lse = row_lse(rowbuf, C);
-    for (int64_t j = 0; j < C; j++) rowbuf[j] -= lse;
+    float ls;
+    float m = row_max_logsum(rowbuf, C, &ls);
+    for (int64_t j = 0; j < C; j++) rowbuf[j] = (rowbuf[j] - m) - ls;
     loom_cpu_store_f32(po + (size_t)(i * C) * es, o->dtype, 1, C, rowbuf);
   });
   return LOOM_OK;
@@ -115,7 +122,9 @@ loom_status loom_cpu_cross_entropy(loom_op_args *a) {
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < N; i++) {
         loom_cpu_load_f32(px + (size_t)(i * C) * es, x->dtype, 1, C, rowbuf);
-        total += (double)(row_lse(rowbuf, C) - rowbuf[label_at(labels, i)]);
+        float ls;
+        float m = row_max_logsum(rowbuf, C, &ls);
+        total += (double)(m - rowbuf[label_at(labels, i)]) + (double)ls;
       }
       if (rowbuf != stackbuf) free(rowbuf);
     }
@@ -135,8 +144,9 @@ loom_status loom_cpu_cross_entropy_backward(loom_op_args *a) {
   char *po = loom_tensor_ptr(o);
   FOR_ROWS_F32("cross_entropy backward", N, C, {
     loom_cpu_load_f32(px + (size_t)(i * C) * es, x->dtype, 1, C, rowbuf);
-    float lse = row_lse(rowbuf, C);
-    for (int64_t j = 0; j < C; j++) rowbuf[j] = expf(rowbuf[j] - lse) * g;
+    float ls;
+    float m = row_max_logsum(rowbuf, C, &ls);
+    for (int64_t j = 0; j < C; j++) rowbuf[j] = expf((rowbuf[j] - m) - ls) * g;
     rowbuf[label_at(labels, i)] -= g;
     loom_cpu_store_f32(po + (size_t)(i * C) * es, o->dtype, 1, C, rowbuf);
   });

@@ -1,0 +1,48 @@
+/* provider.h (internal) — what the pool logic needs from a kind of memory.
+ *
+ * The pool (pool.c) decides which bytes to hand out; a provider only
+ * obtains and returns whole segments and handles events. Keeping the two
+ * apart lets one pool implementation serve CPU memory, CUDA device memory,
+ * pinned host memory and, in tests, a fake device with simulated addresses.
+ *
+ * Streams are opaque to the pool: it compares and hashes loom_stream
+ * pointers and passes them back to the provider, never dereferencing them
+ * (the fake provider uses made-up stream pointers). NULL means "the host":
+ * work on it is synchronous. */
+#ifndef LOOM_ALLOC_PROVIDER_H
+#define LOOM_ALLOC_PROVIDER_H
+
+#include <stddef.h>
+#include "loom/device.h"
+
+typedef struct loom_provider {
+  const char *name;
+  void *ctx;
+  /* A segment of exactly nbytes (a multiple of 512). LOOM_ERR_OOM when the
+   * device is full (the pool then frees cache and retries); any other code is
+   * passed to the caller as is. */
+  loom_status (*seg_alloc)(void *ctx, size_t nbytes, void **out);
+  loom_status (*seg_free)(void *ctx, void *ptr, size_t nbytes);
+  /* Events can be recycled only among streams of one domain (device). */
+  int (*event_domain)(void *ctx, loom_stream *s);
+  loom_status (*event_create)(void *ctx, loom_stream *s, void **out);
+  void (*event_destroy)(void *ctx, void *ev);
+  loom_status (*event_record)(void *ctx, void *ev, loom_stream *s);
+  /* 1 complete, 0 pending, -1 error. Never blocks. */
+  int (*event_query)(void *ctx, void *ev);
+  /* Future work on waiter waits for ev (GPU-side). waiter NULL: the host
+   * waits. */
+  loom_status (*stream_wait)(void *ctx, loom_stream *waiter, void *ev);
+  loom_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+  /* Memory is ordinary host memory (AddressSanitizer may poison free blocks). */
+  int host_accessible;
+} loom_provider;
+
+/* CPU memory, 64-byte aligned; events are loom_event (complete at once). */
+const loom_provider *loom_provider_cpu(void);
+/* cudaMalloc on logical CUDA device index (NULL when built without CUDA). */
+const loom_provider *loom_provider_cuda(int index);
+/* cudaHostAlloc (NULL when built without CUDA). */
+const loom_provider *loom_provider_pinned(void);
+
+#endif

@@ -1,0 +1,98 @@
+/* cuda_launch.h (internal) — the boundary between the C side of the CUDA
+ * backend (lib/ops/cuda/ C files: op-table kernels, cuBLASLt, error handling) and
+ * the device code (lib/ops/cuda/ C filesu). It uses only plain C types, so the .cu
+ * files never include loom's internal headers (tensor_internal.h uses C11
+ * atomics that C++ cannot parse). Every launcher returns the cudaError_t of
+ * the launch (cudaGetLastError), which the C caller turns into a loom error
+ * naming the launcher, file and line. Nothing here synchronizes. */
+#ifndef LOOM_OPS_CUDA_LAUNCH_H
+#define LOOM_OPS_CUDA_LAUNCH_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_CU_MAX_DIMS 8
+
+/* dtype codes are loom_dtype's values (F32 0, F16 1, BF16 2, I32 3, I64 4, U8 5). */
+
+/* Strided N-d iteration space: an output shape and, for up to 3 operands
+ * (0 = output), element strides (0 on broadcast dims). The C side coalesces
+ * dims first, so the common case is ndim 1 with unit strides. */
+typedef struct loom_cu_iter {
+  int ndim;
+  int64_t numel;
+  int64_t shape[LOOM_CU_MAX_DIMS];
+  int64_t strides[3][LOOM_CU_MAX_DIMS];
+} loom_cu_iter;
+
+/* out = ew_binary(op, a, b) (elementwise_math.h codes); all of dtype dt (float). */
+cudaError_t loom_cu_binary(int ew_op, int dt, const loom_cu_iter *it, void *out, const void *a, const void *b,
+                           cudaStream_t s);
+/* out = ew_unary(op, a, scalar). */
+cudaError_t loom_cu_unary(int ew_op, int dt, float scalar, const loom_cu_iter *it, void *out, const void *a,
+                          cudaStream_t s);
+/* out (dtype odt) = convert(a (dtype idt)), strided, any dtype pair. */
+cudaError_t loom_cu_copy(int odt, int idt, const loom_cu_iter *it, void *out, const void *a, cudaStream_t s);
+
+/* Reductions over a 2-D view x[r * rs + j * js] (r < rows, j < len) of a
+ * float dtype: out[r] (contiguous, dtype odt) = sum (double accumulator) or
+ * max (NaN propagates) over j. kind: 0 sum, 1 max. */
+cudaError_t loom_cu_reduce2d(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
+                             int odt, void *out, cudaStream_t s);
+/* out[r] (i64) = first index of the max over j (a NaN counts as the max). */
+cudaError_t loom_cu_argmax2d(int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
+                             int64_t *out, cudaStream_t s);
+
+/* Row-wise (contiguous rows of C) log-softmax, computed in f32. */
+cudaError_t loom_cu_log_softmax(int dt, const void *x, void *y, int64_t rows, int64_t C, cudaStream_t s);
+/* dx = dy - exp(y) * sum(dy) per row. */
+cudaError_t loom_cu_log_softmax_bw(int dt, const void *dy, const void *y, void *dx, int64_t rows, int64_t C,
+                                   cudaStream_t s);
+/* Mean cross-entropy of x [N, C] (contiguous) against labels (dtype ldt,
+ * stride lstride). row_loss: N floats of scratch. *bad must hold ~0ull
+ * before the launch; it receives the smallest row whose label is outside
+ * [0, C) (atomicMin), and stays ~0ull when every label is valid. */
+cudaError_t loom_cu_cross_entropy(int dt, const void *x, int ldt, const void *labels, int64_t lstride, int64_t N,
+                                  int64_t C, float *row_loss, float *out, unsigned long long *bad, cudaStream_t s);
+/* dx = (softmax(x) - onehot(label)) * (*gy) / N. */
+cudaError_t loom_cu_cross_entropy_bw(int dt, const float *gy, const void *x, int ldt, const void *labels,
+                                     int64_t lstride, int64_t N, int64_t C, void *dx, cudaStream_t s);
+
+/* Philox fills identical to loom_rng_fill_uniform / _normal (core/philox.h),
+ * rounded to dtype dt: uniform in [lo, hi] (a = lo, b = hi) or normal
+ * (a = mean, b = std). */
+cudaError_t loom_cu_rng_fill(int normal, uint64_t seed, uint64_t offset, void *out, int dt, int64_t n, float a,
+                             float b, cudaStream_t s);
+
+/* Fused multi-tensor optimizer updates: one launch for every tensor listed
+ * in the device array `tensors` (n entries). */
+typedef struct loom_cu_opt_tensor {
+  float *param;
+  const float *grad;
+  float *buf1;
+  float *buf2;
+  uint16_t *lowp;
+  int64_t numel;
+  int64_t first_chunk;  /* index of this tensor's first chunk in the grid */
+} loom_cu_opt_tensor;
+
+typedef struct loom_cu_opt_hparams {
+  int kind;             /* 0: SGD, 1: AdamW */
+  int lowp_bf16;        /* lowp copies are bf16 (else f16) */
+  float lr, momentum, dampening, weight_decay;
+  int nesterov, first_step;
+  float beta1, beta2, eps, bias_correction1, bias_correction2;
+} loom_cu_opt_hparams;
+
+#define LOOM_CU_OPT_CHUNK 4096  /* elements per block */
+cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
+                               loom_cu_opt_hparams h, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,149 @@
+/* loss.cu — CUDA log-softmax (+backward) and the fused cross-entropy
+ * (+backward), always computed in f32 whatever the input dtype, with the
+ * same formulas as lib/ops/cpu/loss_cpu.c (max-subtracted log-sum-exp, sums
+ * in double). One warp per row: rows are short in classifiers (10 to a few
+ * thousand classes). Labels outside [0, C) are reported through a device
+ * word the host reads after the forward kernel. */
+#include <math.h>
+#include "ops/cuda/cuda_dtype.cuh"
+
+#define WARPS_PER_BLOCK 8
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* Log-sum-exp of row r (as the CPU's row_lse: NaN is ignored by the max). */
+__device__ float row_lse(const void *x, int dt, int64_t base, int64_t C, int lane) {
+  float m = -INFINITY;
+  for (int64_t j = lane; j < C; j += 32) {
+    float v = loom_load_f(x, dt, base + j);
+    m = v > m ? v : m;
+  }
+  m = warp_max(m);
+  if (isinf(m) && m < 0) return m;
+  double s = 0.0;
+  for (int64_t j = lane; j < C; j += 32) s += expf(loom_load_f(x, dt, base + j) - m);
+  s = warp_sum(s);
+  return m + (float)log(s);
+}
+
+static unsigned blocks_for_rows(int64_t rows) { return (unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK); }
+
+__global__ void k_log_softmax(int dt, const void *x, void *y, int64_t rows, int64_t C) {
+  const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const int64_t base = r * C;
+  const float lse = row_lse(x, dt, base, C, lane);
+  for (int64_t j = lane; j < C; j += 32) loom_store_f(y, dt, base + j, loom_load_f(x, dt, base + j) - lse);
+}
+
+extern "C" cudaError_t loom_cu_log_softmax(int dt, const void *x, void *y, int64_t rows, int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return cudaSuccess;
+  k_log_softmax<<<blocks_for_rows(rows), WARPS_PER_BLOCK * 32, 0, s>>>(dt, x, y, rows, C);
+  return cudaGetLastError();
+}
+
+__global__ void k_log_softmax_bw(int dt, const void *dy, const void *y, void *dx, int64_t rows, int64_t C) {
+  const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const int64_t base = r * C;
+  double s = 0.0;
+  for (int64_t j = lane; j < C; j += 32) s += loom_load_f(dy, dt, base + j);
+  const float fs = (float)warp_sum(s);
+  for (int64_t j = lane; j < C; j += 32)
+    loom_store_f(dx, dt, base + j, loom_load_f(dy, dt, base + j) - expf(loom_load_f(y, dt, base + j)) * fs);
+}
+
+extern "C" cudaError_t loom_cu_log_softmax_bw(int dt, const void *dy, const void *y, void *dx, int64_t rows,
+                                              int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return cudaSuccess;
+  k_log_softmax_bw<<<blocks_for_rows(rows), WARPS_PER_BLOCK * 32, 0, s>>>(dt, dy, y, dx, rows, C);
+  return cudaGetLastError();
+}
+
+__device__ __forceinline__ int64_t label_at(const void *l, int ldt, int64_t i) {
+  switch (ldt) {
+    case 3: return ((const int32_t *)l)[i];
+    case 4: return ((const int64_t *)l)[i];
+    default: return ((const uint8_t *)l)[i];
+  }
+}
+
+__global__ void k_ce_rows(int dt, const void *x, int ldt, const void *labels, int64_t lstride, int64_t N, int64_t C,
+                          float *row_loss, unsigned long long *bad) {
+  const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= N) return;
+  const int64_t lab = label_at(labels, ldt, r * lstride);
+  if (lab < 0 || lab >= C) {
+    if (lane == 0) {
+      atomicMin(bad, (unsigned long long)r);
+      row_loss[r] = NAN;
+    }
+    return;
+  }
+  const int64_t base = r * C;
+  const float lse = row_lse(x, dt, base, C, lane);
+  if (lane == 0) row_loss[r] = lse - loom_load_f(x, dt, base + lab);
+}
+
+/* Mean of the per-row losses in double, by one block. */
+__global__ void k_mean(const float *v, int64_t n, float *out) {
+  __shared__ double sh[256];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
+}
+
+extern "C" cudaError_t loom_cu_cross_entropy(int dt, const void *x, int ldt, const void *labels, int64_t lstride,
+                                             int64_t N, int64_t C, float *row_loss, float *out,
+                                             unsigned long long *bad, cudaStream_t s) {
+  if (N > 0) {
+    k_ce_rows<<<blocks_for_rows(N), WARPS_PER_BLOCK * 32, 0, s>>>(dt, x, ldt, labels, lstride, N, C, row_loss, bad);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  k_mean<<<1, 256, 0, s>>>(row_loss, N, out);
+  return cudaGetLastError();
+}
+
+__global__ void k_ce_bw(int dt, const float *gy, const void *x, int ldt, const void *labels, int64_t lstride,
+                        int64_t N, int64_t C, void *dx) {
+  const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= N) return;
+  const float g = gy[0] / (float)N;
+  const int64_t lab = label_at(labels, ldt, r * lstride);
+  const int64_t base = r * C;
+  const float lse = row_lse(x, dt, base, C, lane);
+  for (int64_t j = lane; j < C; j += 32) {
+    float v = expf(loom_load_f(x, dt, base + j) - lse) * g;
+    if (j == lab) v -= g;  /* an invalid label was already reported by the forward */
+    loom_store_f(dx, dt, base + j, v);
+  }
+}
+
+extern "C" cudaError_t loom_cu_cross_entropy_bw(int dt, const float *gy, const void *x, int ldt, const void *labels,
+                                                int64_t lstride, int64_t N, int64_t C, void *dx, cudaStream_t s) {
+  if (N == 0 || C == 0) return cudaSuccess;
+  k_ce_bw<<<blocks_for_rows(N), WARPS_PER_BLOCK * 32, 0, s>>>(dt, gy, x, ldt, labels, lstride, N, C, dx);
+  return cudaGetLastError();
+}
