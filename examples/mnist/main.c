@@ -5,10 +5,16 @@
  *   loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]
  *              [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]
  *              [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]
- *              [--train-limit N] [--test-limit N] [--memory-stats] [--quiet]
+ *              [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]
+ *              [--keep-last-fp32] [--quiet]
  *
  * LOOM_ALLOC_TRACE=path records the allocator trace (epoch markers at each
  * epoch's end) for bench_alloc_replay.
+ *
+ * --precision fp16 / bf16 trains with mixed precision (lib/amp): f16/bf16
+ * GEMMs with f32 accumulation, f32 master weights; fp16 uses the dynamic loss
+ * scaler, bf16 (f32's range) runs with it disabled. The summary reports the
+ * final loss scale and the number of skipped (overflowed) steps.
  */
 #include <errno.h>
 #include <math.h>
@@ -40,6 +46,8 @@ typedef struct options {
   int64_t train_limit, test_limit;
   int quiet;
   int memory_stats;
+  loom_precision precision;
+  int keep_last_fp32;
 } options;
 
 static double now_s(void) {
@@ -53,7 +61,8 @@ static void usage(FILE *f) {
           "usage: loom-mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--hidden 1024,1024]\n"
           "                  [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]\n"
           "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
-          "                  [--train-limit N] [--test-limit N] [--memory-stats] [--quiet]\n"
+          "                  [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]\n"
+          "                  [--keep-last-fp32] [--quiet]\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n");
 }
 
@@ -81,6 +90,7 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
+    if (!strcmp(a, "--keep-last-fp32")) { o->keep_last_fp32 = 1; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -128,6 +138,12 @@ static int parse_args(int argc, char **argv, options *o) {
         return 0;
       }
       o->schedule = v;
+    } else if (!strcmp(a, "--precision")) {
+      if (strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) {
+        fprintf(stderr, "loom-mnist: --precision is fp32, fp16 or bf16, got '%s'\n", v);
+        return 0;
+      }
+      loom_precision_parse(v, &o->precision);
     } else if (!strcmp(a, "--device")) o->device = v;
     else if (!strcmp(a, "--csv")) o->csv = v;
     else {
@@ -290,6 +306,13 @@ int main(int argc, char **argv) {
 
   loom_module *model = loom_mlp_new(in_features, o.n_hidden, o.hidden, 10, dev);
   if (!model) return fail("model");
+  if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(model, o.precision, o.keep_last_fp32) != LOOM_OK)
+    return fail("--precision");
+  /* fp16 needs loss scaling; bf16 has f32's exponent range and does not. */
+  loom_scaler_options sco = loom_scaler_defaults();
+  sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16;
+  loom_grad_scaler *scaler = loom_scaler_new(&sco);
+  if (!scaler) return fail("loss scaler");
   int np = loom_module_num_params(model);
   loom_tensor **params = malloc((size_t)np * sizeof *params);
   if (!params) return 1;
@@ -317,6 +340,9 @@ int main(int argc, char **argv) {
     printf(" (%lld parameters)\ndevice: %s, optimizer: %s lr %g, batch %lld, %lld steps/epoch, %d threads, cpu gemm %s\n",
            (long long)loom_module_num_param_elements(model), devname, o.optimizer, o.lr, (long long)o.batch,
            (long long)steps_per_epoch, loom_get_num_threads(), loom_cpu_gemm_name());
+    printf("precision: %s%s%s\n", loom_precision_name(o.precision),
+           o.precision != LOOM_PRECISION_FP32 && o.keep_last_fp32 ? ", last layer fp32" : "",
+           sco.enabled ? ", dynamic loss scaling" : "");
   }
   FILE *csv = NULL;
   if (o.csv) {
@@ -348,8 +374,8 @@ int main(int argc, char **argv) {
       loom_optimizer_set_lr(opt, loom_lr_at(&sched, global_step));
       loom_tensor *loss = loom_cross_entropy(loom_module_forward(model, loom_reshape(x, 2, flat)), y);
       loom_optimizer_zero_grad(opt);
-      if (loom_backward(loss) != LOOM_OK) return fail("training step");
-      if (loom_optimizer_step(opt) != LOOM_OK) return fail("optimizer step");
+      if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
+      if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
       step++;
       global_step++;
       epoch_samples += b;
@@ -389,9 +415,16 @@ int main(int argc, char **argv) {
     else fprintf(stderr, "loom-mnist: memory summary: %s\n", loom_last_error());
     free(summary);
   }
-  printf("result test_accuracy=%.4f samples_per_sec=%.1f epochs=%d device=%s train_seconds=%.1f data_wait_share=%.4f\n",
+  if (!o.quiet && o.precision != LOOM_PRECISION_FP32)
+    printf("mixed precision: loss scale %g, %lld of %lld steps skipped (last overflow at step %lld)\n",
+           loom_scaler_get_scale(scaler), (long long)loom_scaler_steps_skipped(scaler), (long long)global_step,
+           (long long)loom_scaler_last_overflow_step(scaler));
+  printf("result test_accuracy=%.4f samples_per_sec=%.1f epochs=%d device=%s train_seconds=%.1f data_wait_share=%.4f"
+         " precision=%s loss_scale=%g skipped_steps=%lld\n",
          accuracy, train_seconds > 0 ? (double)train_samples / train_seconds : 0.0, o.epochs, devname, train_seconds,
-         wait_share);
+         wait_share, loom_precision_name(o.precision), loom_scaler_get_scale(scaler),
+         (long long)loom_scaler_steps_skipped(scaler));
+  loom_scaler_free(scaler);
   loom_optimizer_free(opt);
   free(params);
   loom_module_free(model);

@@ -19,6 +19,7 @@
 #include "nn.h"
 #include "optim.h"
 #include "data.h"
+#include "amp.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

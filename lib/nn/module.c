@@ -68,5 +68,6 @@ void loom_module_free(loom_module *m) {
   for (int i = 0; i < m->n_children; i++) loom_module_free(m->children[i]);
   free(m->params);
   free(m->children);
+  free(m->policy);  /* lib/amp's policy record is plain malloc memory */
   free(m);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/amp_internal.h"
 #include "loom/autograd.h"
 #include "loom/optim.h"
 #include "optim/optim_internal.h"
@@ -182,10 +183,16 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
         **b2 = malloc((size_t)o->n * sizeof *b2);
   const float **gp = malloc((size_t)o->n * sizeof *gp);
   int64_t *numel = malloc((size_t)o->n * sizeof *numel);
-  loom_status st = (pp && b1 && b2 && gp && numel) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
+  uint16_t **lowp = malloc((size_t)o->n * sizeof *lowp);
+  loom_status st = (pp && b1 && b2 && gp && numel && lowp) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
   loom_param_group g;
+  /* Mixed precision (lib/amp): masters whose low-precision copies got the
+   * gradient receive it in f32 first; the fused step refreshes the copies. */
+  if (st == LOOM_OK) st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL);
   if (st == LOOM_OK) st = loom_optimizer_fill_group(o, &g, pp, gp, b1, b2, numel);
+  if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, lowp);
   if (st == LOOM_OK) st = loom_optimizer_step_group(o, &g);
+  free(lowp);
   free(pp);
   free(b1);
   free(b2);
@@ -197,6 +204,7 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
 loom_status loom_optimizer_zero_grad(loom_optimizer *o) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_zero_grad: optimizer is NULL");
   for (int i = 0; i < o->n; i++) loom_zero_grad(o->params[i]);
+  loom_amp_zero_copy_grads(o->params, o->n);
   return LOOM_OK;
 }
 

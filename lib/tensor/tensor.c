@@ -51,6 +51,7 @@ void loom_tensor_release(loom_tensor *t) {
   if (atomic_fetch_sub(&t->refcount, 1) != 1) return;
   loom_tensor_release(t->grad);
   loom_node_release(t->grad_fn);
+  if (t->user_tag_free) t->user_tag_free(t->user_tag);
   storage_release(t->storage);
   free(t);
 }

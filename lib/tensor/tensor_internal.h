@@ -35,6 +35,7 @@ struct loom_tensor {
   void (*hook)(loom_tensor *t, loom_tensor *grad, void *user); /* grad-ready hook */
   void *hook_user;
   void *user_tag;                 /* free for subsystems (e.g. amp low-precision copy) */
+  void (*user_tag_free)(void *);  /* if set, called on user_tag when the tensor dies (amp: its copy) */
 };
 
 /* Wrap memory loom does not own (zero copy). release(data, ctx) is called

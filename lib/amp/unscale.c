@@ -1,0 +1,109 @@
+/* unscale.c — turning the scaled, low-precision gradients of the copies into
+ * the f32 gradients of the master weights, in one pass over all of them, and
+ * pointing the fused optimizer step at the copies so it refreshes them.
+ * The per-element work is in unscale_cpu.c / unscale.cu; this file builds
+ * the work list and dispatches by device. */
+#include <stdlib.h>
+
+#include "amp/amp_internal.h"
+#include "loom/autograd.h"
+#include "ops/op.h"
+#include "optim/optim_internal.h"
+
+/* A gradient the kernels can read as a dense array: g itself, or a
+ * contiguous copy (owned by the open scope). */
+static loom_tensor *dense(loom_tensor *g) { return loom_tensor_is_contiguous(g) ? g : loom_contiguous(g); }
+
+loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_scale, bool check, bool *found_inf) {
+  if (found_inf) *found_inf = false;
+  if (n <= 0) return LOOM_OK;
+  loom_amp_unscale_item *items = malloc((size_t)n * sizeof *items);
+  if (!items) return loom_set_error(LOOM_ERR_OOM, "amp unscale: out of host memory for %d gradients", n);
+  loom_status st = LOOM_OK;
+  int k = 0;
+  loom_device dev = params[0]->storage->device;
+  bool prev = loom_set_grad_enabled(false);
+  loom_scope_begin();
+  for (int i = 0; i < n && st == LOOM_OK; i++) {
+    loom_tensor *p = params[i];
+    loom_tensor *c = loom_amp_copy_of(p);
+    int64_t numel = loom_shape_numel(p->ndim, p->shape);
+    if (c && c->grad) {
+      loom_tensor *src = dense(c->grad);
+      if (!src) { st = loom_last_status(); break; }
+      bool acc = p->grad != NULL;
+      if (!p->grad) {
+        p->grad = loom_tensor_alloc_raw(p->ndim, p->shape, LOOM_F32, p->storage->device);
+        if (!p->grad) { st = loom_last_status(); break; }
+      } else if (p->grad->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p->grad)) {
+        st = loom_set_error(LOOM_ERR_INTERNAL, "amp unscale: gradient of master %d is not a dense f32 tensor", i);
+        break;
+      }
+      items[k++] = (loom_amp_unscale_item){loom_tensor_ptr(src), loom_tensor_ptr(p->grad), numel, (int32_t)src->dtype,
+                                           acc};
+    } else if (p->grad && (check || inv_scale != 1.0f)) {
+      if (p->grad->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p->grad)) {
+        st = loom_set_error(LOOM_ERR_INTERNAL, "amp unscale: gradient of parameter %d is not a dense f32 tensor", i);
+        break;
+      }
+      items[k++] = (loom_amp_unscale_item){loom_tensor_ptr(p->grad), loom_tensor_ptr(p->grad), numel, LOOM_F32, 0};
+    }
+    if (st == LOOM_OK && !loom_device_eq(p->storage->device, dev))
+      st = loom_set_error(LOOM_ERR_DEVICE, "amp unscale: parameter %d is on another device than parameter 0", i);
+  }
+  int bad = 0;
+  if (st == LOOM_OK && k > 0) {
+#ifdef LOOM_HAVE_CUDA
+    if (dev.kind == LOOM_CUDA) st = loom_cuda_amp_unscale(dev, items, k, inv_scale, &bad);
+    else
+#endif
+      st = loom_cpu_amp_unscale(items, k, inv_scale, &bad);
+  }
+  loom_scope_end();
+  loom_set_grad_enabled(prev);
+  free(items);
+  if (st != LOOM_OK) return st;
+  /* The copies' gradients now live in the masters: drop them, so a second
+   * call (or the optimizer's own gather) does not count them twice. */
+  for (int i = 0; i < n; i++) {
+    loom_tensor *c = loom_amp_copy_of(params[i]);
+    if (c && c->grad) loom_zero_grad(c);
+  }
+  if (found_inf) *found_inf = bad != 0;
+  return LOOM_OK;
+}
+
+void loom_amp_zero_copy_grads(loom_tensor *const *params, int n) {
+  for (int i = 0; i < n; i++) {
+    loom_tensor *c = loom_amp_copy_of(params[i]);
+    if (c) loom_zero_grad(c);
+  }
+}
+
+loom_status loom_amp_fill_lowp(struct loom_optimizer *o, loom_param_group *g, uint16_t **lowp) {
+  /* Same walk as loom_optimizer_fill_group: parameters that have a gradient. */
+  int k = 0, any = 0;
+  loom_dtype dt = LOOM_F16;
+  for (int i = 0; i < o->n; i++) {
+    loom_tensor *p = o->params[i];
+    if (!p->grad) continue;
+    loom_tensor *c = loom_amp_copy_of(p);
+    lowp[k] = NULL;
+    if (c) {
+      if (any && c->dtype != dt)
+        return loom_set_error(LOOM_ERR_UNSUPPORTED,
+                              "optimizer: parameters have both f16 and bf16 copies; give each precision policy its "
+                              "own optimizer");
+      if (!loom_tensor_is_contiguous(c) || c->storage->device.kind != p->storage->device.kind)
+        return loom_set_error(LOOM_ERR_INTERNAL, "optimizer: low-precision copy of parameter %d is not dense", i);
+      dt = c->dtype;
+      any = 1;
+      lowp[k] = loom_tensor_ptr(c);
+    }
+    k++;
+  }
+  if (k != g->n) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer: parameter group changed while filling copies");
+  g->lowp = any ? lowp : NULL;
+  g->lowp_dtype = dt;
+  return LOOM_OK;
+}
