@@ -2,7 +2,8 @@
 # run-tests.sh — set everything up, then build and run the whole test suite:
 #   1. a -Werror build (CUDA code included when nvcc is installed), ctest;
 #   2. an AddressSanitizer + UBSan build (CPU), ctest;
-#   3. the loader tests under ThreadSanitizer.
+#   3. the data and loader tests under ThreadSanitizer (in-process, see
+#      tests/support/criterion_or_tsan.h).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
 set -euo pipefail
@@ -21,3 +22,9 @@ cmake -S "$ROOT" -B "$OUT/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=
   -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_BENCH=OFF >/dev/null
 cmake --build "$OUT/asan" -j"$JOBS"
 (cd "$OUT/asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
+
+echo "== ThreadSanitizer: the data loader tests"
+cmake -S "$ROOT" -B "$OUT/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
+  -DLOOM_SANITIZE=thread -DLOOM_BUILD_BENCH=OFF -DLOOM_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$OUT/tsan" -j"$JOBS" --target test_data test_loader
+(cd "$OUT/tsan" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_(data|loader)$")
