@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # run-tests.sh — set everything up, then build and run the whole test suite:
-#   1. a -Werror build (CUDA code included when nvcc is installed), ctest;
-#   2. an AddressSanitizer + UBSan build (CPU), ctest;
-#   3. the data and loader tests under ThreadSanitizer (in-process, see
-#      tests/support/criterion_or_tsan.h).
+#   1. an AddressSanitizer + UBSan build (CPU), ctest;
+#   2. the data and loader tests under ThreadSanitizer (in-process, see
+#      tests/support/criterion_or_tsan.h);
+#   3. a -Werror build (CUDA code included when nvcc is installed), ctest —
+#      last, so the final summary is the whole suite's.
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
 set -euo pipefail
@@ -11,11 +12,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 JOBS="$(nproc)"
 OUT="${LOOM_TEST_BUILD_ROOT:-$ROOT/build-test}"
-
-echo "== build (-Werror) and test"
-cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON >/dev/null
-cmake --build "$OUT/plain" -j"$JOBS"
-(cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S "$ROOT" -B "$OUT/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
@@ -28,3 +24,8 @@ cmake -S "$ROOT" -B "$OUT/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=
   -DLOOM_SANITIZE=thread -DLOOM_BUILD_BENCH=OFF -DLOOM_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$OUT/tsan" -j"$JOBS" --target test_data test_loader
 (cd "$OUT/tsan" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_(data|loader)$")
+
+echo "== build (-Werror) and test"
+cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON >/dev/null
+cmake --build "$OUT/plain" -j"$JOBS"
+(cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")
