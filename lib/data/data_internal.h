@@ -35,8 +35,6 @@ struct loom_dataset {
 };
 
 /* Element size without depending on lib/core's dtype table (0 if invalid). */
-size_t loom_data_dtype_size(loom_dtype dt);
-const char *loom_data_dtype_name(loom_dtype dt);
 /* A memory dataset that takes ownership of x and y (freed with free()). */
 loom_dataset *loom_dataset_memory_owned(void *x, loom_dtype x_dtype, int x_ndim, const int64_t *x_shape,
                                         void *y, loom_dtype y_dtype, int64_t n, const char *name);

@@ -7,27 +7,6 @@
 
 #include "data/data_internal.h"
 
-size_t loom_data_dtype_size(loom_dtype dt) {
-  switch (dt) {
-    case LOOM_F32: case LOOM_I32: return 4;
-    case LOOM_F16: case LOOM_BF16: return 2;
-    case LOOM_I64: return 8;
-    case LOOM_U8: return 1;
-  }
-  return 0;
-}
-
-const char *loom_data_dtype_name(loom_dtype dt) {
-  switch (dt) {
-    case LOOM_F32: return "f32";
-    case LOOM_F16: return "f16";
-    case LOOM_BF16: return "bf16";
-    case LOOM_I32: return "i32";
-    case LOOM_I64: return "i64";
-    case LOOM_U8: return "u8";
-  }
-  return "?";
-}
 
 /* Common checks and setup; the caller fills read/destroy/impl. */
 static loom_dataset *ds_new(const char *who, loom_dtype x_dtype, int x_ndim, const int64_t *x_shape, bool has_y,
@@ -36,7 +15,7 @@ static loom_dataset *ds_new(const char *who, loom_dtype x_dtype, int x_ndim, con
     loom_set_error(LOOM_ERR_INVALID_ARG, "%s: length %lld is negative", who, (long long)n);
     return NULL;
   }
-  size_t xe = loom_data_dtype_size(x_dtype);
+  size_t xe = loom_dtype_size(x_dtype);
   if (xe == 0) {
     loom_set_error(LOOM_ERR_DTYPE, "%s: invalid x dtype %d", who, (int)x_dtype);
     return NULL;
@@ -59,7 +38,7 @@ static loom_dataset *ds_new(const char *who, loom_dtype x_dtype, int x_ndim, con
       return NULL;
     }
   }
-  size_t ye = has_y ? loom_data_dtype_size(y_dtype) : 0;
+  size_t ye = has_y ? loom_dtype_size(y_dtype) : 0;
   if (has_y && ye == 0) {
     loom_set_error(LOOM_ERR_DTYPE, "%s: invalid y dtype %d", who, (int)y_dtype);
     return NULL;

@@ -396,7 +396,7 @@ loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *opts) 
   loom_status st = loom_transform_init(&l->tf, ds, &o);
   if (st != LOOM_OK) goto fail;
   l->xo = l->tf.out_bytes;
-  l->yo = ds->has_y ? loom_data_dtype_size(o.y_dtype) : 0;
+  l->yo = ds->has_y ? loom_dtype_size(o.y_dtype) : 0;
   l->y_off = ((size_t)o.batch_size * l->xo + 255) / 256 * 256;
   l->block = l->y_off + (size_t)o.batch_size * l->yo;
   int64_t n = ds->length;

@@ -31,7 +31,7 @@ loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y) {
   shape[0] = rb.n;
   int64_t numel = 1;
   for (int i = 0; i <= xnd; i++) numel *= shape[i];
-  loom_tensor *tx = loom_tensor_wrap(rb.x, (size_t)numel * loom_data_dtype_size(xdt), dev, xnd + 1, shape, xdt,
+  loom_tensor *tx = loom_tensor_wrap(rb.x, (size_t)numel * loom_dtype_size(xdt), dev, xnd + 1, shape, xdt,
                                      batch_release, rb.buf);
   if (!tx) {
     /* Neither tensor exists: drop both references ourselves. */
@@ -41,7 +41,7 @@ loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y) {
   }
   if (want_y) {
     int64_t yshape[1] = {rb.n};
-    loom_tensor *ty = loom_tensor_wrap(rb.y, (size_t)rb.n * loom_data_dtype_size(ydt), dev, 1, yshape, ydt,
+    loom_tensor *ty = loom_tensor_wrap(rb.y, (size_t)rb.n * loom_dtype_size(ydt), dev, 1, yshape, ydt,
                                        batch_release, rb.buf);
     if (!ty) {
       loom_loader_release_raw(rb.buf);  /* y's reference */

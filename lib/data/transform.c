@@ -20,7 +20,7 @@ loom_status loom_transform_init(loom_transform *t, const loom_dataset *ds, const
   memset(t, 0, sizeof *t);
   t->src = ds->x_dtype;
   t->out = o->x_dtype;
-  t->numel = (int64_t)(ds->x_bytes / loom_data_dtype_size(ds->x_dtype));
+  t->numel = (int64_t)(ds->x_bytes / loom_dtype_size(ds->x_dtype));
   int nd = ds->x_ndim;
   const int64_t *sh = ds->x_shape;
   if (nd == 2) { t->C = 1; t->H = sh[0]; t->W = sh[1]; }
@@ -56,21 +56,21 @@ loom_status loom_transform_init(loom_transform *t, const loom_dataset *ds, const
   if (t->out == LOOM_F32) {
     if (t->src != LOOM_U8 && t->src != LOOM_F32 && t->src != LOOM_I32 && t->src != LOOM_I64)
       return loom_set_error(LOOM_ERR_DTYPE, "loader: cannot convert %s samples to f32 (supported: u8, f32, i32, i64)",
-                            loom_data_dtype_name(t->src));
+                            loom_dtype_name(t->src));
   } else if (t->out == LOOM_U8) {
     if (t->src != LOOM_U8)
       return loom_set_error(LOOM_ERR_DTYPE, "loader: x_dtype u8 ships u8 data as is, but the samples are %s; use f32",
-                            loom_data_dtype_name(t->src));
+                            loom_dtype_name(t->src));
     if (arith)
       return loom_set_error(LOOM_ERR_INVALID_ARG,
                             "loader: x_dtype u8 ships raw bytes, so scale/normalize cannot apply; convert on the device "
                             "or use x_dtype f32");
   } else if (t->out != t->src || arith || spatial) {
     return loom_set_error(LOOM_ERR_DTYPE, "loader: x_dtype %s is only available unchanged from %s samples; use f32 or u8",
-                          loom_data_dtype_name(t->out), loom_data_dtype_name(t->src));
+                          loom_dtype_name(t->out), loom_dtype_name(t->src));
   }
   t->identity = t->out == t->src && !arith && !spatial;
-  t->out_bytes = (size_t)t->numel * loom_data_dtype_size(t->out);
+  t->out_bytes = (size_t)t->numel * loom_dtype_size(t->out);
   t->a = malloc(sizeof(float) * (size_t)t->C);
   t->b = malloc(sizeof(float) * (size_t)t->C);
   if (!t->a || !t->b) {
@@ -162,13 +162,13 @@ loom_status loom_label_check(loom_dtype src, loom_dtype out) {
   bool o_ok = out == LOOM_U8 || out == LOOM_I32 || out == LOOM_I64 || out == LOOM_F32;
   if (!s_ok || !o_ok)
     return loom_set_error(LOOM_ERR_DTYPE, "loader: labels of %s cannot be delivered as %s (supported: u8, i32, i64, f32)",
-                          loom_data_dtype_name(src), loom_data_dtype_name(out));
+                          loom_dtype_name(src), loom_dtype_name(out));
   return LOOM_OK;
 }
 
 void loom_label_convert(loom_dtype src, const void *s, loom_dtype out, void *d) {
   if (src == out) {
-    memcpy(d, s, loom_data_dtype_size(src));
+    memcpy(d, s, loom_dtype_size(src));
     return;
   }
   double v = 0.0;

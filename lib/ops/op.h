@@ -99,5 +99,8 @@ loom_status loom_broadcast_shapes(const char *op, int na, const int64_t *sa, int
 /* Normalize a possibly negative dim for ndim; error names op. */
 loom_status loom_norm_dim(const char *op, int dim, int ndim, int *out);
 loom_tensor *loom_eq(loom_tensor *a, loom_tensor *b);
+/* Element offset of batch b of matmul operand t, whose leading (batch) dims
+ * broadcast against those of the output out. */
+int64_t loom_matmul_batch_offset(const loom_tensor *t, const loom_tensor *out, int64_t b);
 
 #endif

@@ -228,3 +228,15 @@ loom_status loom_infer_copy(const char *opname, const loom_op_args *a, loom_out_
   o[0].dtype = (loom_dtype)a->i[0];
   return LOOM_OK;
 }
+
+int64_t loom_matmul_batch_offset(const loom_tensor *t, const loom_tensor *out, int64_t b) {
+  int nb_out = out->ndim - 2, nb_t = t->ndim - 2;
+  int64_t off = 0;
+  for (int d = nb_out - 1; d >= 0; d--) {
+    int64_t idx = b % out->shape[d];
+    b /= out->shape[d];
+    int td = d - (nb_out - nb_t);
+    if (td >= 0 && t->shape[td] != 1) off += idx * t->strides[td];
+  }
+  return off;
+}

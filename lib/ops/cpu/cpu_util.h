@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "loom/dtype.h"
+#include "ops/iter.h"
 #include "tensor/tensor_internal.h"
 
 /* Below this many elements a kernel runs on one thread (fork/join costs more). */
@@ -19,21 +20,6 @@ void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, con
 double loom_cpu_load_f64(const void *base, loom_dtype dt, int64_t idx);
 void loom_cpu_store_f64(void *base, loom_dtype dt, int64_t idx, double v);
 
-/* Strided N-d iteration over an output shape with up to 3 operands. Dims are
- * coalesced; the innermost dim is walked by the caller's loop. */
-typedef struct loom_iter {
-  int ndim;                       /* after coalescing, >= 1 */
-  int nops;
-  int64_t shape[LOOM_MAX_DIMS];
-  int64_t strides[3][LOOM_MAX_DIMS];
-  int64_t inner;                  /* shape[ndim-1] */
-  int64_t rows;                   /* product of the other dims */
-} loom_iter;
-
-/* ops[0] is the output (its own strides); ops[1..] are broadcast to it. */
-void loom_iter_init(loom_iter *it, int nops, loom_tensor *const *ops);
-/* Element offsets (in elements) of row r's first element for each operand. */
-void loom_iter_row_offsets(const loom_iter *it, int64_t r, int64_t *offs);
 
 static inline size_t loom_esize(loom_dtype dt) { return loom_dtype_size(dt); }
 

@@ -47,18 +47,6 @@ static loom_status prepare(loom_tensor *t, gemm_operand *g) {
   return LOOM_OK;
 }
 
-/* Offset (elements) of batch b of operand t broadcast against out's batch. */
-static int64_t batch_offset(const loom_tensor *t, const loom_tensor *out, int64_t b) {
-  int nb_out = out->ndim - 2, nb_t = t->ndim - 2;
-  int64_t off = 0;
-  for (int d = nb_out - 1; d >= 0; d--) {
-    int64_t idx = b % out->shape[d];
-    b /= out->shape[d];
-    int td = d - (nb_out - nb_t);
-    if (td >= 0 && t->shape[td] != 1) off += idx * t->strides[td];
-  }
-  return off;
-}
 
 loom_status loom_cpu_matmul(loom_op_args *a) {
   loom_tensor *x = a->in[0], *y = a->in[1], *o = a->out[0];
@@ -78,8 +66,8 @@ loom_status loom_cpu_matmul(loom_op_args *a) {
     return loom_set_error(LOOM_ERR_OOM, "matmul: out of host memory");
   }
   for (int64_t b = 0; b < batches; b++) {
-    const float *pa = gx.base + batch_offset(gx.src, o, b);
-    const float *pb = gy.base + batch_offset(gy.src, o, b);
+    const float *pa = gx.base + loom_matmul_batch_offset(gx.src, o, b);
+    const float *pb = gy.base + loom_matmul_batch_offset(gy.src, o, b);
     float *pc = o->dtype == LOOM_F32 ? obuf + b * M * N : obuf;
     loom_cpu_sgemm(ta != gx.flip, tb != gy.flip, M, N, K, 1.0f, pa, gx.ld, pb, gy.ld, 0.0f, pc, N);
     if (o->dtype != LOOM_F32)

@@ -10,6 +10,7 @@
 
 #include "alloc/alloc.h"
 #include "ops/cuda/cuda_internal.h"
+#include "ops/iter.h"
 #include "ops/cuda/cuda_kernels.h"
 
 #define MAX_CTX 64
@@ -73,43 +74,17 @@ loom_cuda_ctx *loom_cuda_ctx_get(loom_device dev) {
 }
 
 void loom_cu_iter_build(loom_cu_iter *it, int nops, loom_tensor *const *ops) {
-  const loom_tensor *o = ops[0];
-  int nd = o->ndim;
-  int64_t shape[LOOM_MAX_DIMS], st[3][LOOM_MAX_DIMS];
-  for (int d = 0; d < nd; d++) shape[d] = o->shape[d];
-  for (int k = 0; k < nops; k++) {
-    const loom_tensor *t = ops[k];
-    int off = nd - t->ndim;
-    for (int d = 0; d < nd; d++) {
-      int td = d - off;
-      st[k][d] = (td < 0 || t->shape[td] == 1) ? 0 : t->strides[td];
-    }
-  }
-  /* Drop size-1 dims, then merge a dim into the next (inner) one when every
-   * operand steps through them as one. */
+  /* The same coalescing as the CPU kernels, copied into the plain-C struct
+   * the .cu launchers take. */
+  loom_iter li;
+  loom_iter_init(&li, nops, ops);
   memset(it, 0, sizeof *it);
-  int n = 0;
-  for (int d = 0; d < nd; d++) {
-    if (shape[d] == 1) continue;
-    if (n > 0) {
-      bool merge = true;
-      for (int k = 0; k < nops; k++) merge = merge && it->strides[k][n - 1] == st[k][d] * shape[d];
-      if (merge) {
-        it->shape[n - 1] *= shape[d];
-        for (int k = 0; k < nops; k++) it->strides[k][n - 1] = st[k][d];
-        continue;
-      }
-    }
-    it->shape[n] = shape[d];
-    for (int k = 0; k < nops; k++) it->strides[k][n] = st[k][d];
-    n++;
+  it->ndim = li.ndim;
+  for (int d = 0; d < li.ndim; d++) {
+    it->shape[d] = li.shape[d];
+    for (int k = 0; k < nops; k++) it->strides[k][d] = li.strides[k][d];
   }
-  if (n == 0) {
-    n = 1;
-    it->shape[0] = 1;
-  }
-  it->ndim = n;
-  it->numel = loom_shape_numel(nd, o->shape);
+  it->numel = loom_shape_numel(ops[0]->ndim, ops[0]->shape);
 }
 
 loom_tensor *loom_cuda_scratch(const loom_tensor *like, int ndim, const int64_t *shape, loom_dtype dt) {

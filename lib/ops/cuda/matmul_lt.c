@@ -260,24 +260,12 @@ static loom_status prepare(loom_tensor *t, operand *g) {
   return LOOM_OK;
 }
 
-/* Offset (elements) of batch b of t broadcast against out's batch dims. */
-static int64_t batch_offset(const loom_tensor *t, const loom_tensor *out, int64_t b) {
-  int nb_out = out->ndim - 2, nb_t = t->ndim - 2;
-  int64_t off = 0;
-  for (int d = nb_out - 1; d >= 0; d--) {
-    int64_t idx = b % out->shape[d];
-    b /= out->shape[d];
-    int td = d - (nb_out - nb_t);
-    if (td >= 0 && t->shape[td] != 1) off += idx * t->strides[td];
-  }
-  return off;
-}
 
 /* One stride for all batches, or false. */
 static bool affine_batches(const loom_tensor *t, const loom_tensor *out, int64_t batches, int64_t *stride) {
-  *stride = batches > 1 ? batch_offset(t, out, 1) : 0;
+  *stride = batches > 1 ? loom_matmul_batch_offset(t, out, 1) : 0;
   for (int64_t b = 2; b < batches; b++)
-    if (batch_offset(t, out, b) != b * *stride) return false;
+    if (loom_matmul_batch_offset(t, out, b) != b * *stride) return false;
   return true;
 }
 
