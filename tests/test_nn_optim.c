@@ -271,3 +271,47 @@ Test(optim, lr_schedules) {
   cr_assert_float_eq(loom_lr_at(&sw, 5), 0.2, 1e-12);
   tk_leak_check();
 }
+
+/* A parameter that first gets a gradient after others have been updated
+ * starts its own AdamW bias correction and SGD momentum then (per-parameter
+ * step counts, as in PyTorch): it must end exactly where a fresh optimizer
+ * over it alone would. */
+static void late_param_case(bool adamw) {
+  loom_scope_begin();
+  int64_t n = 3;
+  double init[3] = {0.5, -1, 2}, ga[3] = {0.1, -0.2, 0.3}, gb[3] = {1, 2, -3};
+  loom_tensor *a = tk_tensor(init, 1, &n, LOOM_F32, loom_cpu()), *b = tk_tensor(init, 1, &n, LOOM_F32, loom_cpu());
+  loom_tensor *solo = tk_tensor(init, 1, &n, LOOM_F32, loom_cpu());
+  loom_set_requires_grad(a, true);
+  loom_set_requires_grad(b, true);
+  loom_set_requires_grad(solo, true);
+  loom_tensor *ps[2] = {a, b};
+  loom_sgd_options so = loom_sgd_defaults();
+  so.lr = 0.1, so.momentum = 0.9, so.dampening = 0.5;
+  loom_optimizer *o = adamw ? loom_adamw_new(ps, 2, NULL) : loom_sgd_new(ps, 2, &so);
+  loom_optimizer *o1 = adamw ? loom_adamw_new(&solo, 1, NULL) : loom_sgd_new(&solo, 1, &so);
+  for (int step = 0; step < 5; step++) {
+    set_grad(a, ga);
+    if (step >= 2) {
+      set_grad(b, gb);
+      set_grad(solo, gb);
+      cr_assert_eq(loom_optimizer_step(o1), LOOM_OK, "%s", loom_last_error());
+    } else {
+      loom_zero_grad(b);
+    }
+    cr_assert_eq(loom_optimizer_step(o), LOOM_OK, "%s", loom_last_error());
+  }
+  float vb[3], vs[3];
+  cr_assert_eq(loom_to_host(b, vb, sizeof vb, LOOM_F32), LOOM_OK);
+  cr_assert_eq(loom_to_host(solo, vs, sizeof vs, LOOM_F32), LOOM_OK);
+  for (int i = 0; i < 3; i++) cr_assert_eq(vb[i], vs[i], "element %d: %.9g vs %.9g", i, vb[i], vs[i]);
+  cr_assert_neq(vb[0], (float)init[0], "b was updated");
+  cr_assert_eq(loom_optimizer_steps(o), 5);
+  loom_optimizer_free(o);
+  loom_optimizer_free(o1);
+  loom_scope_end();
+  tk_leak_check();
+}
+
+Test(optim, late_parameter_adamw) { late_param_case(true); }
+Test(optim, late_parameter_sgd_momentum_dampening) { late_param_case(false); }

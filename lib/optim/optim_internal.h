@@ -16,15 +16,17 @@ struct loom_optimizer {
   loom_tensor **buf1;     /* owned state: momentum / exp_avg */
   loom_tensor **buf2;     /* owned state: exp_avg_sq */
   double lr;
-  int64_t steps;
+  int64_t steps;           /* step() calls that updated something */
+  int64_t *param_steps;    /* updates applied to each parameter */
   loom_sgd_options sgd;
   loom_adamw_options adamw;
 };
 
 /* Gather the parameters that have gradients into g (arrays of o->n). */
+/* idx[k] receives the parameter index of entry k. */
 loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
-                                      float **b2, int64_t *numel);
-/* One fused update of g; counts the step. */
-loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g);
+                                      float **b2, int64_t *numel, int *idx);
+/* One fused update of g, whose parameters have all had prior_steps updates. */
+loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps);
 
 #endif

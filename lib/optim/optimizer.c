@@ -49,7 +49,8 @@ static loom_optimizer *opt_new(loom_tensor *const *params, int n, int kind, int 
   o->params = calloc((size_t)n, sizeof *o->params);
   o->buf1 = calloc((size_t)n, sizeof *o->buf1);
   o->buf2 = calloc((size_t)n, sizeof *o->buf2);
-  if (!o->params || !o->buf1 || !o->buf2) goto oom;
+  o->param_steps = calloc((size_t)n, sizeof *o->param_steps);
+  if (!o->params || !o->buf1 || !o->buf2 || !o->param_steps) goto oom;
   for (int i = 0; i < n; i++) {
     o->params[i] = params[i];
     for (int b = 0; b < nbufs; b++) {
@@ -126,7 +127,7 @@ loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_ada
 }
 
 loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
-                                      float **b2, int64_t *numel) {
+                                      float **b2, int64_t *numel, int *idx) {
   int k = 0;
   for (int i = 0; i < o->n; i++) {
     loom_tensor *p = o->params[i];
@@ -139,6 +140,7 @@ loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, fl
     b1[k] = o->buf1[i] ? loom_tensor_ptr(o->buf1[i]) : NULL;
     b2[k] = o->buf2[i] ? loom_tensor_ptr(o->buf2[i]) : NULL;
     numel[k] = loom_shape_numel(p->ndim, p->shape);
+    idx[k] = i;
     k++;
   }
   g->n = k;
@@ -151,11 +153,11 @@ loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, fl
   return LOOM_OK;
 }
 
-loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g) {
+loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps) {
   loom_status st;
   if (o->kind == LOOM_OPTIM_SGD) {
     loom_sgd_hparams h = {(float)o->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)o->sgd.weight_decay,
-                          o->sgd.nesterov, o->steps == 0};
+                          o->sgd.nesterov, prior_steps == 0};
     if (o->sgd.momentum <= 0) g->buf1 = NULL;
 #ifdef LOOM_HAVE_CUDA
     if (o->device.kind == LOOM_CUDA) st = loom_cuda_sgd_step(o->device, g, &h);
@@ -163,7 +165,7 @@ loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g) {
 #endif
       st = loom_cpu_sgd_step(g, &h);
   } else {
-    double t = (double)(o->steps + 1);
+    double t = (double)(prior_steps + 1);
     loom_adamw_hparams h = {(float)o->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
                             (float)o->adamw.weight_decay, (float)(1.0 - pow(o->adamw.beta1, t)),
                             (float)(1.0 - pow(o->adamw.beta2, t))};
@@ -173,7 +175,46 @@ loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g) {
 #endif
       st = loom_cpu_adamw_step(g, &h);
   }
-  if (st == LOOM_OK) o->steps++;
+  return st;
+}
+
+/* Parameters keep their own update counts, as in PyTorch: one that first
+ * gets a gradient late starts its momentum and bias correction then. In the
+ * usual case every parameter has the same count and this is one fused call. */
+static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const int *idx) {
+  bool uniform = true;
+  for (int j = 1; j < g->n; j++) uniform = uniform && o->param_steps[idx[j]] == o->param_steps[idx[0]];
+  if (uniform) return g->n ? loom_optimizer_step_group(o, g, o->param_steps[idx[0]]) : LOOM_OK;
+  int n = g->n;
+  size_t ptrs = (size_t)n * sizeof(void *);
+  float **pp = malloc(ptrs), **b1 = malloc(ptrs), **b2 = malloc(ptrs);
+  const float **gp = malloc(ptrs);
+  uint16_t **lp = malloc(ptrs);
+  int64_t *numel = malloc((size_t)n * sizeof *numel);
+  bool *done = calloc((size_t)n, sizeof *done);
+  loom_status st = (pp && b1 && b2 && gp && lp && numel && done) ? LOOM_OK
+                   : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
+  for (int j0 = 0; j0 < n && st == LOOM_OK; j0++) {
+    if (done[j0]) continue;
+    int64_t c = o->param_steps[idx[j0]];
+    loom_param_group sub = *g;
+    sub.n = 0;
+    sub.param = pp, sub.grad = gp, sub.buf1 = g->buf1 ? b1 : NULL, sub.buf2 = g->buf2 ? b2 : NULL;
+    sub.lowp = g->lowp ? lp : NULL, sub.numel = numel;
+    for (int j = j0; j < n; j++) {
+      if (done[j] || o->param_steps[idx[j]] != c) continue;
+      pp[sub.n] = g->param[j];
+      gp[sub.n] = g->grad[j];
+      if (g->buf1) b1[sub.n] = g->buf1[j];
+      if (g->buf2) b2[sub.n] = g->buf2[j];
+      if (g->lowp) lp[sub.n] = g->lowp[j];
+      numel[sub.n] = g->numel[j];
+      sub.n++;
+      done[j] = true;
+    }
+    st = loom_optimizer_step_group(o, &sub, c);
+  }
+  free(pp), free(b1), free(b2), free(gp), free(lp), free(numel), free(done);
   return st;
 }
 
@@ -184,14 +225,20 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
   const float **gp = malloc((size_t)o->n * sizeof *gp);
   int64_t *numel = malloc((size_t)o->n * sizeof *numel);
   uint16_t **lowp = malloc((size_t)o->n * sizeof *lowp);
-  loom_status st = (pp && b1 && b2 && gp && numel && lowp) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
+  int *idx = malloc((size_t)o->n * sizeof *idx);
+  loom_status st = (pp && b1 && b2 && gp && numel && lowp && idx) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the
    * gradient receive it in f32 first; the fused step refreshes the copies. */
   if (st == LOOM_OK) st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL);
-  if (st == LOOM_OK) st = loom_optimizer_fill_group(o, &g, pp, gp, b1, b2, numel);
+  if (st == LOOM_OK) st = loom_optimizer_fill_group(o, &g, pp, gp, b1, b2, numel, idx);
   if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, lowp);
-  if (st == LOOM_OK) st = loom_optimizer_step_group(o, &g);
+  if (st == LOOM_OK) st = step_by_count(o, &g, idx);
+  if (st == LOOM_OK) {
+    for (int j = 0; j < g.n; j++) o->param_steps[idx[j]]++;
+    o->steps++;
+  }
+  free(idx);
   free(lowp);
   free(pp);
   free(b1);
@@ -223,5 +270,6 @@ void loom_optimizer_free(loom_optimizer *o) {
   free(o->params);
   free(o->buf1);
   free(o->buf2);
+  free(o->param_steps);
   free(o);
 }
