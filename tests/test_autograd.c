@@ -200,3 +200,31 @@ DEVICE_TEST(autograd, backward_with_does_not_modify_the_seed) {
   tk_assert_close(after, ones, 12, 0, 0, "seed untouched by the in-place dReLU");
   free(after);
 }
+
+/* A tensor saved for backward and then written in place (fill_, copy_, an
+ * optimizer step) makes backward fail with a message, before any node runs,
+ * instead of returning wrong gradients; a fresh forward works again. */
+Test(autograd, in_place_write_after_forward_is_refused) {
+  loom_scope_begin();
+  int64_t n = 4;
+  double xv[4] = {1, 2, 3, 4}, wv[4] = {0.5, -1, 2, 0};
+  loom_tensor *x = tk_tensor(xv, 1, &n, LOOM_F32, loom_cpu());
+  loom_tensor *w = tk_tensor(wv, 1, &n, LOOM_F32, loom_cpu());
+  loom_set_requires_grad(w, true);
+  loom_tensor *loss = loom_sum_all(loom_mul(x, w));   /* mul saves x and w */
+  cr_assert_eq(loom_fill_(w, 3.0), LOOM_OK);
+  cr_assert_eq(loom_backward(loss), LOOM_ERR_STATE);
+  cr_assert(strstr(loom_last_error(), "modified in place") && strstr(loom_last_error(), "mul"), "%s", loom_last_error());
+  cr_assert_null(loom_grad(w), "nothing ran");
+
+  loom_tensor *loss2 = loom_sum_all(loom_mul(x, w));
+  loom_optimizer *o = loom_sgd_new(&w, 1, NULL);
+  loom_tensor *loss3 = loom_sum_all(loom_mul(x, w));
+  cr_assert_eq(loom_backward(loss2), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_step(o), LOOM_OK);
+  cr_assert_eq(loom_backward(loss3), LOOM_ERR_STATE, "w changed by the optimizer after loss3's forward");
+  cr_assert(strstr(loom_last_error(), "optimizer step"), "%s", loom_last_error());
+  loom_optimizer_free(o);
+  loom_scope_end();
+  tk_leak_check();
+}

@@ -103,6 +103,31 @@ static loom_status accumulate(loom_tensor **slot, loom_tensor *g) {
   return st;
 }
 
+/* Refuse to differentiate through tensors that were written in place after
+ * the forward pass saved them (checked before any node runs, so a refused
+ * backward leaves the graph intact). */
+static loom_status check_saved_versions(const loom_node *n) {
+  for (int k = 0; k < LOOM_OP_MAX_IN; k++) {
+    const loom_tensor *t = n->saved_in[k];
+    if (t && atomic_load(&t->storage->version) != n->saved_in_version[k]) {
+      char b[96];
+      return loom_set_error(LOOM_ERR_STATE,
+                            "backward: input %d of %s (shape %s), saved for the gradient, was modified in place after "
+                            "the forward pass (copy_, fill_ or an optimizer step); run the forward pass again",
+                            k, loom_op_get(n->op)->name, loom_shape_str(t->ndim, t->shape, b, 96));
+    }
+  }
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) {
+    const loom_tensor *t = n->saved_out[k];
+    if (t && atomic_load(&t->storage->version) != n->saved_out_version[k])
+      return loom_set_error(LOOM_ERR_STATE,
+                            "backward: the output of %s, saved for the gradient, was modified in place after the "
+                            "forward pass; run the forward pass again",
+                            loom_op_get(n->op)->name);
+  }
+  return LOOM_OK;
+}
+
 static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
   vec nodes = {0}, stack = {0};
   leaf_count *leaves = NULL;
@@ -124,6 +149,8 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
                           loom_op_get(n->op)->name);
       goto done;
     }
+    st = check_saved_versions(n);
+    if (st != LOOM_OK) goto done;
     for (int k = 0; k < LOOM_OP_MAX_IN; k++) {
       if (!n->needs_grad[k]) continue;
       loom_node *m = n->next[k].node;

@@ -57,16 +57,19 @@ loom_status loom_node_record(loom_op_id op, const loom_op_args *a) {
     }
     if (d->saves & LOOM_SAVE_IN(k)) {
       n->saved_in[k] = alias(t);
+      n->saved_in_version[k] = atomic_load(&t->storage->version);
       ok = ok && n->saved_in[k];
     }
   }
   if (d->saves & LOOM_SAVE_OUT0) {
     n->saved_out[0] = alias(a->out[0]);
+    n->saved_out_version[0] = atomic_load(&a->out[0]->storage->version);
     ok = ok && n->saved_out[0];
   }
   /* Output 1 is optional (e.g. linear's ReLU mask exists only on CUDA). */
   if ((d->saves & LOOM_SAVE_OUT1) && a->n_out > 1 && a->out[1]) {
     n->saved_out[1] = alias(a->out[1]);
+    n->saved_out_version[1] = atomic_load(&a->out[1]->storage->version);
     ok = ok && n->saved_out[1];
   }
   if (!ok) {

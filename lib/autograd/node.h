@@ -26,6 +26,8 @@ typedef struct loom_node {
   loom_dtype in_dtype[LOOM_OP_MAX_IN];
   loom_tensor *saved_in[LOOM_OP_MAX_IN];   /* detached aliases, owned */
   loom_tensor *saved_out[LOOM_OP_MAX_OUT]; /* detached aliases, owned */
+  unsigned saved_in_version[LOOM_OP_MAX_IN];   /* storage versions when saved */
+  unsigned saved_out_version[LOOM_OP_MAX_OUT];
   bool freed;                              /* saved tensors already released */
   int consumers;                           /* nodes recorded with this node's output as an input */
   /* Set by a consumer's backward that already applied this node's dReLU

@@ -30,6 +30,7 @@ loom_tensor *loom_sqrt(loom_tensor *a) { return un(LOOM_OP_SQRT, a, 0); }
 loom_tensor *loom_relu(loom_tensor *a) { return un(LOOM_OP_RELU, a, 0); }
 
 loom_status loom_add_inplace(loom_tensor *a, loom_tensor *b) {
+  loom_tensor_bump_version(a);
   loom_op_args args = {.in = {a, b}, .n_in = 2, .out = {a}, .n_out = 1};
   return loom_op_run_into(LOOM_OP_ADD, &args);
 }

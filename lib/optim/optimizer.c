@@ -235,7 +235,12 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
   if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, lowp);
   if (st == LOOM_OK) st = step_by_count(o, &g, idx);
   if (st == LOOM_OK) {
-    for (int j = 0; j < g.n; j++) o->param_steps[idx[j]]++;
+    for (int j = 0; j < g.n; j++) {
+      loom_tensor *p = o->params[idx[j]];
+      o->param_steps[idx[j]]++;
+      loom_tensor_bump_version(p);
+      loom_tensor_bump_version(loom_amp_lowp_copy(p));
+    }
     o->steps++;
   }
   free(idx);

@@ -118,6 +118,7 @@ loom_tensor *loom_to_device(loom_tensor *t, loom_device dev) {
 
 loom_status loom_copy_(loom_tensor *dst, loom_tensor *src) {
   if (!dst || !src) return loom_set_error(LOOM_ERR_NULL_INPUT, "copy_: NULL tensor");
+  loom_tensor_bump_version(dst);
   if (loom_shape_numel(dst->ndim, dst->shape) != loom_shape_numel(src->ndim, src->shape)) {
     char b1[96], b2[96];
     return loom_set_error(LOOM_ERR_SHAPE, "copy_: destination %s and source %s differ in size",
@@ -163,6 +164,7 @@ loom_status loom_copy_(loom_tensor *dst, loom_tensor *src) {
 
 loom_status loom_fill_(loom_tensor *t, double value) {
   if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "fill_: tensor is NULL");
+  loom_tensor_bump_version(t);
   /* Fill one element on the host, then broadcast it with the copy kernel. */
   int64_t one = 1;
   unsigned char buf[8];

@@ -13,6 +13,7 @@ typedef void (*loom_storage_release_fn)(void *data, void *ctx);
 
 typedef struct loom_storage {
   atomic_int refcount;
+  atomic_uint version;            /* bumped by every in-place write (autograd checks it) */
   loom_device device;
   void *data;
   size_t nbytes;
@@ -57,6 +58,12 @@ loom_tensor *loom_tensor_new_header(loom_storage *st, int64_t offset, loom_dtype
 loom_tensor *loom_tensor_adopt(loom_tensor *t);
 /* Allocate uninitialized contiguous storage + header, not yet adopted. */
 loom_tensor *loom_tensor_alloc_raw(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);
+
+/* Record an in-place write to t's memory: tensors saved for backward from
+ * before it are then refused by the engine instead of giving wrong grads. */
+static inline void loom_tensor_bump_version(loom_tensor *t) {
+  if (t) atomic_fetch_add(&t->storage->version, 1u);
+}
 
 static inline void *loom_tensor_ptr(const loom_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)loom_dtype_size(t->dtype);
