@@ -470,3 +470,28 @@ Test(scope, composite_ops_outside_a_scope_leave_nothing_behind) {
   loom_tensor_release(lab);
   tk_leak_check();
 }
+
+/* Float to integer casts saturate and send NaN to 0 (as the GPU's
+ * cvt.rzi.sat does) instead of being undefined. */
+Test(tensor, float_to_int_casts_saturate) {
+  loom_scope_begin();
+  float v[6] = {NAN, INFINITY, -INFINITY, 3e9f, -7.9f, 300.5f};
+  int64_t n = 6;
+  loom_tensor *t = loom_from_host(v, 1, &n, LOOM_F32, loom_cpu());
+  int32_t i32[6];
+  uint8_t u8[6];
+  int64_t i64[6];
+  cr_assert_eq(loom_to_host(loom_cast(t, LOOM_I32), i32, sizeof i32, LOOM_I32), LOOM_OK);
+  cr_assert_eq(loom_to_host(loom_cast(t, LOOM_U8), u8, sizeof u8, LOOM_U8), LOOM_OK);
+  cr_assert_eq(loom_to_host(loom_cast(t, LOOM_I64), i64, sizeof i64, LOOM_I64), LOOM_OK);
+  int32_t e32[6] = {0, INT32_MAX, INT32_MIN, INT32_MAX, -7, 300};
+  uint8_t e8[6] = {0, 255, 0, 255, 0, 255};
+  int64_t e64[6] = {0, INT64_MAX, INT64_MIN, 3000000000LL, -7, 300};
+  for (int i = 0; i < 6; i++) {
+    cr_assert_eq(i32[i], e32[i], "i32[%d] = %d", i, i32[i]);
+    cr_assert_eq(u8[i], e8[i], "u8[%d] = %d", i, u8[i]);
+    cr_assert_eq(i64[i], e64[i], "i64[%d] = %lld", i, (long long)i64[i]);
+  }
+  loom_scope_end();
+  tk_leak_check();
+}

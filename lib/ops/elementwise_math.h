@@ -5,6 +5,7 @@
 #define LOOM_OPS_ELEMENTWISE_MATH_H
 
 #include <math.h>
+#include <stdint.h>
 #include "core/half.h"   /* LOOM_HD */
 
 /* Elementwise op codes (the table's LOOM_OP_* map onto these). */
@@ -40,6 +41,24 @@ static inline LOOM_HD float loom_ew_unary(int op, float a, float s) {
     case LOOM_EW_RELU: return a > 0.0f ? a : 0.0f;  /* NaN -> 0, like a max(0, x) mask */
     default: return 0.0f;
   }
+}
+
+/* Float to integer like the GPU's cvt.rzi.sat: truncate toward zero,
+ * saturate at the type's bounds, NaN -> 0 (a plain C cast is undefined
+ * there). Used by the CPU and the CUDA copy/cast kernels alike. */
+static inline LOOM_HD int64_t loom_sat_i64(double v, double lo, double hi) {
+  if (v != v) return 0;
+  if (v <= lo) return (int64_t)lo;
+  if (v >= hi) return (int64_t)hi;
+  return (int64_t)v;
+}
+static inline LOOM_HD int32_t loom_to_i32(double v) { return (int32_t)loom_sat_i64(v, -2147483648.0, 2147483647.0); }
+static inline LOOM_HD uint8_t loom_to_u8(double v) { return (uint8_t)loom_sat_i64(v, 0.0, 255.0); }
+static inline LOOM_HD int64_t loom_to_i64(double v) {
+  if (v != v) return 0;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  if (v >= 9223372036854775808.0) return INT64_MAX;
+  return (int64_t)v;
 }
 
 #endif

@@ -1,5 +1,8 @@
 /* cpu_util.c — dtype conversion runs and strided iteration for CPU kernels. */
+#include <stdint.h>
+
 #include "ops/cpu/cpu_util.h"
+#include "ops/elementwise_math.h"
 #include "core/half.h"
 
 void loom_cpu_load_f32(const void *src, loom_dtype dt, int64_t stride, int64_t n, float *dst) {
@@ -28,9 +31,9 @@ void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, con
     }
     case LOOM_F16: { uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_half_from_f32(src[j]); break; }
     case LOOM_BF16: { uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_bfloat_from_f32(src[j]); break; }
-    case LOOM_I32: { int32_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = (int32_t)src[j]; break; }
-    case LOOM_I64: { int64_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = (int64_t)src[j]; break; }
-    case LOOM_U8: { uint8_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = (uint8_t)src[j]; break; }
+    case LOOM_I32: { int32_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_to_i32(src[j]); break; }
+    case LOOM_I64: { int64_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_to_i64(src[j]); break; }
+    case LOOM_U8: { uint8_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_to_u8(src[j]); break; }
   }
 }
 
@@ -51,9 +54,9 @@ void loom_cpu_store_f64(void *base, loom_dtype dt, int64_t i, double v) {
     case LOOM_F32: ((float *)base)[i] = (float)v; break;
     case LOOM_F16: ((uint16_t *)base)[i] = loom_half_from_f32((float)v); break;
     case LOOM_BF16: ((uint16_t *)base)[i] = loom_bfloat_from_f32((float)v); break;
-    case LOOM_I32: ((int32_t *)base)[i] = (int32_t)v; break;
-    case LOOM_I64: ((int64_t *)base)[i] = (int64_t)v; break;
-    case LOOM_U8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+    case LOOM_I32: ((int32_t *)base)[i] = loom_to_i32(v); break;
+    case LOOM_I64: ((int64_t *)base)[i] = loom_to_i64(v); break;
+    case LOOM_U8: ((uint8_t *)base)[i] = loom_to_u8(v); break;
   }
 }
 

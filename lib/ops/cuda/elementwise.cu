@@ -87,9 +87,9 @@ __device__ void store_any(void *p, int dt, int64_t i, double v) {
     case 0: ((float *)p)[i] = (float)v; break;
     case 1: ((uint16_t *)p)[i] = loom_half_from_f32((float)v); break;
     case 2: ((uint16_t *)p)[i] = loom_bfloat_from_f32((float)v); break;
-    case 3: ((int32_t *)p)[i] = (int32_t)v; break;
-    case 4: ((int64_t *)p)[i] = (int64_t)v; break;
-    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case 3: ((int32_t *)p)[i] = loom_to_i32(v); break;
+    case 4: ((int64_t *)p)[i] = loom_to_i64(v); break;
+    default: ((uint8_t *)p)[i] = loom_to_u8(v); break;
   }
 }
 
