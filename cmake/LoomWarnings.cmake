@@ -1,5 +1,8 @@
 # Warning flags and sanitizers shared by every loom target.
-set(LOOM_C_WARNINGS -Wall -Wextra -Wshadow=local -Wno-unused-parameter)
+set(LOOM_C_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+  list(APPEND LOOM_C_WARNINGS -Wshadow=local)
+endif()
 if(LOOM_WERROR)
   list(APPEND LOOM_C_WARNINGS -Werror)
 endif()
