@@ -49,8 +49,11 @@ __global__ static void unscale_kernel(const loom_amp_unscale_item *items, const 
   int64_t end = c.start + CHUNK < it.numel ? c.start + CHUNK : it.numel;
   int bad = 0;
   for (int64_t j = c.start + threadIdx.x; j < end; j += blockDim.x) {
-    float v = load_one(it.src, it.src_dtype, j) * inv;
-    if (it.accumulate) v += it.dst[j];
+    /* Explicitly rounded multiply and add: nvcc would otherwise contract
+     * them into one FMA (--fmad=true is its default), which rounds once and
+     * breaks the bit-identity with the CPU kernel (built without -mfma). */
+    float v = __fmul_rn(load_one(it.src, it.src_dtype, j), inv);
+    if (it.accumulate) v = __fadd_rn(it.dst[j], v);
     it.dst[j] = v;
     bad |= !isfinite(v);
   }

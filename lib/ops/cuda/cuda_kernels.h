@@ -2,7 +2,7 @@
  * (same contract as the CPU ones: outputs are already allocated on the
  * input device by the dispatcher; the kernel enqueues work on the device's
  * current stream and returns a loom_status). They are C functions in
- * lib/ops/cuda/ C files that launch the device code of lib/ops/cuda/ C filesu through
+ * the .c files of lib/ops/cuda that launch the device code of its .cu files through
  * cuda_launch.h. Only compiled with LOOM_HAVE_CUDA. */
 #ifndef LOOM_OPS_CUDA_KERNELS_H
 #define LOOM_OPS_CUDA_KERNELS_H

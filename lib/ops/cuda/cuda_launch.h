@@ -1,6 +1,6 @@
 /* cuda_launch.h (internal) — the boundary between the C side of the CUDA
- * backend (lib/ops/cuda/ C files: op-table kernels, cuBLASLt, error handling) and
- * the device code (lib/ops/cuda/ C filesu). It uses only plain C types, so the .cu
+ * backend (the .c files of lib/ops/cuda: op-table kernels, cuBLASLt, error handling) and
+ * the device code (the .cu files). It uses only plain C types, so the .cu
  * files never include loom's internal headers (tensor_internal.h uses C11
  * atomics that C++ cannot parse). Every launcher returns the cudaError_t of
  * the launch (cudaGetLastError), which the C caller turns into a loom error

@@ -22,19 +22,27 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
-/* Log-sum-exp of row r (as the CPU's row_lse: NaN is ignored by the max). */
-__device__ float row_lse(const void *x, int dt, int64_t base, int64_t C, int lane) {
+/* Row log-sum-exp split as m + log(s), like the CPU's row_max_logsum (NaN
+ * is ignored by the max): returns m, *logsum = log(s). Callers form
+ * (x - m) - logsum, never x - (m + logsum): with large logits (|x| ~ 1e3,
+ * where an f32 ulp is 6e-5) rounding m + log(s) first loses the result's
+ * precision and departs from the CPU kernel. */
+__device__ float row_max_logsum(const void *x, int dt, int64_t base, int64_t C, int lane, float *logsum) {
   float m = -INFINITY;
   for (int64_t j = lane; j < C; j += 32) {
     float v = loom_load_f(x, dt, base + j);
     m = v > m ? v : m;
   }
   m = warp_max(m);
-  if (isinf(m) && m < 0) return m;
+  if (isinf(m) && m < 0) {
+    *logsum = 0.0f;
+    return m;
+  }
   double s = 0.0;
   for (int64_t j = lane; j < C; j += 32) s += expf(loom_load_f(x, dt, base + j) - m);
   s = warp_sum(s);
-  return m + (float)log(s);
+  *logsum = (float)log(s);
+  return m;
 }
 
 static unsigned blocks_for_rows(int64_t rows) { return (unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK); }
@@ -44,8 +52,9 @@ __global__ void k_log_softmax(int dt, const void *x, void *y, int64_t rows, int6
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
   const int64_t base = r * C;
-  const float lse = row_lse(x, dt, base, C, lane);
-  for (int64_t j = lane; j < C; j += 32) loom_store_f(y, dt, base + j, loom_load_f(x, dt, base + j) - lse);
+  float ls;
+  const float m = row_max_logsum(x, dt, base, C, lane, &ls);
+  for (int64_t j = lane; j < C; j += 32) loom_store_f(y, dt, base + j, (loom_load_f(x, dt, base + j) - m) - ls);
 }
 
 extern "C" cudaError_t loom_cu_log_softmax(int dt, const void *x, void *y, int64_t rows, int64_t C, cudaStream_t s) {
@@ -95,8 +104,10 @@ __global__ void k_ce_rows(int dt, const void *x, int ldt, const void *labels, in
     return;
   }
   const int64_t base = r * C;
-  const float lse = row_lse(x, dt, base, C, lane);
-  if (lane == 0) row_loss[r] = lse - loom_load_f(x, dt, base + lab);
+  float ls;
+  const float m = row_max_logsum(x, dt, base, C, lane, &ls);
+  /* As the CPU: (m - x[label]) + log(s), added in double. */
+  if (lane == 0) row_loss[r] = (float)((double)(m - loom_load_f(x, dt, base + lab)) + (double)ls);
 }
 
 /* Mean of the per-row losses in double, by one block. */
@@ -133,9 +144,10 @@ __global__ void k_ce_bw(int dt, const float *gy, const void *x, int ldt, const v
   const float g = gy[0] / (float)N;
   const int64_t lab = label_at(labels, ldt, r * lstride);
   const int64_t base = r * C;
-  const float lse = row_lse(x, dt, base, C, lane);
+  float ls;
+  const float m = row_max_logsum(x, dt, base, C, lane, &ls);
   for (int64_t j = lane; j < C; j += 32) {
-    float v = expf(loom_load_f(x, dt, base + j) - lse) * g;
+    float v = expf((loom_load_f(x, dt, base + j) - m) - ls) * g;
     if (j == lab) v -= g;  /* an invalid label was already reported by the forward */
     loom_store_f(dx, dt, base + j, v);
   }

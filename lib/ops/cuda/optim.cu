@@ -20,28 +20,33 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
   const int64_t start = (chunk - t.first_chunk) * LOOM_CU_OPT_CHUNK;
   int64_t end = start + LOOM_CU_OPT_CHUNK;
   if (end > t.numel) end = t.numel;
+  /* The CPU kernel's expressions in its evaluation order, each product and
+   * sum rounded on its own (__fmul_rn/__fadd_rn): nvcc would otherwise
+   * contract them into FMAs, and the update would drift from the CPU's by
+   * an ulp per step. AdamW multiplies by 1/sqrt(bc2), as the CPU does. */
   const float step_size = h.lr / h.bias_correction1;
-  const float bc2_sqrt = sqrtf(h.bias_correction2);
-  const float decay = 1.0f - h.lr * h.weight_decay;
+  const float inv_bc2_sqrt = 1.0f / sqrtf(h.bias_correction2);
+  const float decay = __fsub_rn(1.0f, __fmul_rn(h.lr, h.weight_decay));
+  const float damp = 1.0f - h.dampening;
+  const float c1 = 1.0f - h.beta1, c2 = 1.0f - h.beta2;
   for (int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
     float p = t.param[j];
     const float g = t.grad[j];
     if (h.kind == 0) {
-      float d = g + h.weight_decay * p;
+      float d = __fadd_rn(g, __fmul_rn(h.weight_decay, p));
       if (t.buf1) {
-        float b = h.first_step ? d : h.momentum * t.buf1[j] + (1.0f - h.dampening) * d;
+        float b = h.first_step ? d : __fadd_rn(__fmul_rn(h.momentum, t.buf1[j]), __fmul_rn(damp, d));
         t.buf1[j] = b;
-        d = h.nesterov ? d + h.momentum * b : b;
+        d = h.nesterov ? __fadd_rn(d, __fmul_rn(h.momentum, b)) : b;
       }
-      p -= h.lr * d;
+      p = __fsub_rn(p, __fmul_rn(h.lr, d));
     } else {
-      p *= decay;
-      const float m = h.beta1 * t.buf1[j] + (1.0f - h.beta1) * g;
-      const float v = h.beta2 * t.buf2[j] + (1.0f - h.beta2) * g * g;
+      const float m = __fadd_rn(__fmul_rn(h.beta1, t.buf1[j]), __fmul_rn(c1, g));
+      const float v = __fadd_rn(__fmul_rn(h.beta2, t.buf2[j]), __fmul_rn(__fmul_rn(c2, g), g));
       t.buf1[j] = m;
       t.buf2[j] = v;
-      const float denom = sqrtf(v) / bc2_sqrt + h.eps;
-      p -= step_size * m / denom;
+      const float denom = __fadd_rn(__fmul_rn(sqrtf(v), inv_bc2_sqrt), h.eps);
+      p = __fsub_rn(__fmul_rn(p, decay), __fmul_rn(step_size, m) / denom);
     }
     t.param[j] = p;
     if (t.lowp) t.lowp[j] = h.lowp_bf16 ? loom_bfloat_from_f32(p) : loom_half_from_f32(p);
