@@ -495,3 +495,44 @@ Test(tensor, float_to_int_casts_saturate) {
   loom_scope_end();
   tk_leak_check();
 }
+
+/* Casts of contiguous runs take a vector path (F16C on x86) — bit for bit
+ * the scalar reference conversions, NaNs, ties and subnormals included. */
+Test(tensor, f16_cast_runs_match_scalar_conversion) {
+  loom_scope_begin();
+  int64_t n = 65536 + 4099;  /* all half patterns, then an odd tail */
+  uint16_t *h = malloc((size_t)n * 2), *back = malloc((size_t)n * 2);
+  float *f = malloc((size_t)n * 4), *wide = malloc((size_t)n * 4);
+  cr_assert(h && back && f && wide);
+  uint32_t x = 12345;
+  for (int64_t i = 0; i < n; i++) {
+    h[i] = (uint16_t)i;
+    x = x * 1664525u + 1013904223u;
+    /* a third random f32 bit patterns, a third exact halves, a third halves
+     * plus 0x1000 in f32 bits: exactly half a half-ulp for normal halves (ties) */
+    uint32_t bits = x;
+    if (i % 3 != 0) {
+      float t = loom_f16_to_f32((uint16_t)(x >> 16));
+      memcpy(&bits, &t, 4);
+      if (i % 3 == 2) bits += 0x1000;
+    }
+    memcpy(&f[i], &bits, 4);
+  }
+  loom_tensor *th = loom_from_host(h, 1, &n, LOOM_F16, loom_cpu());
+  cr_assert_eq(loom_to_host(loom_cast(th, LOOM_F32), wide, (size_t)n * 4, LOOM_F32), LOOM_OK);
+  for (int64_t i = 0; i < n; i++) {
+    float ref = loom_f16_to_f32(h[i]);
+    cr_assert(memcmp(&ref, &wide[i], 4) == 0, "f16 0x%04x -> f32", h[i]);
+  }
+  loom_tensor *tf = loom_from_host(f, 1, &n, LOOM_F32, loom_cpu());
+  cr_assert_eq(loom_to_host(loom_cast(tf, LOOM_F16), back, (size_t)n * 2, LOOM_F16), LOOM_OK);
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t ref = loom_f32_to_f16(f[i]);
+    uint32_t b;
+    memcpy(&b, &f[i], 4);
+    cr_assert_eq(back[i], ref, "f32 0x%08x -> f16: 0x%04x vs 0x%04x", b, back[i], ref);
+  }
+  free(h), free(back), free(f), free(wide);
+  loom_scope_end();
+  tk_leak_check();
+}
