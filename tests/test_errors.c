@@ -98,6 +98,10 @@ Test(errors, shapes_dims_and_reshapes) {
   tk_assert_fails(loom_transpose(x, 0, 2), LOOM_ERR_SHAPE, "transpose", "dim 2");
   tk_assert_fails(loom_transpose(x, -3, 0), LOOM_ERR_SHAPE, "transpose", "dim -3");
   tk_assert_fails(loom_permute(x, (int[]){0, 0}), LOOM_ERR_SHAPE, "permute");
+  tk_assert_fails(loom_expand(x, 2, (int64_t[]){4, 3}), LOOM_ERR_SHAPE, "expand", "[2, 3]", "[4, 3]");
+  tk_assert_fails(loom_expand(x, 1, &s4), LOOM_ERR_SHAPE, "expand", "2 dims to 1");
+  tk_assert_fails(loom_expand(x, 3, NULL), LOOM_ERR_INVALID_ARG, "expand", "NULL");
+  tk_assert_fails(loom_expand(x, 3, (int64_t[]){-1, 2, 3}), LOOM_ERR_SHAPE, "expand", "negative");
   tk_assert_fails(loom_permute(x, NULL), LOOM_ERR_INVALID_ARG, "permute", "NULL");
   tk_assert_fails(loom_slice(x, 2, 0, 1, 1), LOOM_ERR_SHAPE, "slice", "dim 2");
   tk_assert_fails(loom_slice(x, 0, 0, 1, 0), LOOM_ERR_INVALID_ARG, "slice", "step");

@@ -83,6 +83,9 @@ LOOM_API loom_tensor *loom_transpose(loom_tensor *t, int dim0, int dim1);
 LOOM_API loom_tensor *loom_permute(loom_tensor *t, const int *dims);
 /* Elements start, start+step, ... < end along dim (step >= 1). */
 LOOM_API loom_tensor *loom_slice(loom_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+/* Broadcast view of t to shape (NumPy rules; no copy: broadcast dims get
+ * stride 0, so write to the result only through ops, not in place). */
+LOOM_API loom_tensor *loom_expand(loom_tensor *t, int ndim, const int64_t *shape);
 /* t itself (retained) when contiguous, else a contiguous copy. */
 LOOM_API loom_tensor *loom_contiguous(loom_tensor *t);
 /* A view that shares storage but is cut off from autograd. */

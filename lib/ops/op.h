@@ -91,8 +91,6 @@ loom_status loom_convert_from_f64_host(loom_tensor *dst, const double *src);
 loom_status loom_add_inplace(loom_tensor *a, loom_tensor *b);
 /* Sum g down to shape (undo broadcasting). Returns a new tensor (scope rule). */
 loom_tensor *loom_sum_to_shape(loom_tensor *g, int ndim, const int64_t *shape);
-/* Broadcast view of t to shape (stride 0 on broadcast dims). */
-loom_tensor *loom_expand(loom_tensor *t, int ndim, const int64_t *shape);
 /* Broadcast two shapes; LOOM_ERR_SHAPE naming op if they do not agree. */
 loom_status loom_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const int64_t *sb, int *nout,
                                   int64_t *out);

@@ -185,8 +185,16 @@ loom_tensor *loom_expand(loom_tensor *t, int ndim, const int64_t *shape) {
     loom_set_error(LOOM_ERR_SHAPE, "expand: cannot expand %d dims to %d", t->ndim, ndim);
     return NULL;
   }
+  if (ndim > 0 && !shape) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "expand: shape is NULL");
+    return NULL;
+  }
   int64_t strides[LOOM_MAX_DIMS];
   for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      loom_set_error(LOOM_ERR_SHAPE, "expand: dimension %d is negative (%lld)", i, (long long)shape[i]);
+      return NULL;
+    }
     int td = i - (ndim - t->ndim);
     if (td < 0) { strides[i] = 0; continue; }
     if (t->shape[td] == shape[i]) strides[i] = t->strides[td];
