@@ -269,6 +269,17 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
 
 /* Pack one NR-column sliver: cols [j0, j0+n) x rows [k0, k0+kc) of op(B),
    as kc groups of NR floats (cols past n are 0). */
+#if defined(__x86_64__)
+static int has_avx2(void) {
+  static int cached = -1;
+  if (cached < 0) {
+    __builtin_cpu_init();
+    cached = __builtin_cpu_supports("avx2");
+  }
+  return cached;
+}
+#endif
+
 static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t j0, int64_t n,
                           float *restrict dst)
 {
@@ -282,6 +293,12 @@ static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, in
       for (; c < nr; c++) d[c] = 0.0f;
     }
   } else {
+#if defined(__x86_64__)
+    if (nr % 8 == 0 && has_avx2()) {
+      loom_gemm_pack_bt_avx2(g->B, g->ldb, k0, kc, j0, n, nr, dst);
+      return;
+    }
+#endif
     /* B is [N,K]: each column of the sliver is contiguous in k. Walk k in
        short blocks so the NR source rows and the destination stay in L1. */
     for (int64_t kb = 0; kb < kc; kb += 64) {

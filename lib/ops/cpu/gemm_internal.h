@@ -27,6 +27,11 @@ void loom_gemm_ukr_avx2_6x16(int64_t kc, const float *a, const float *b, float *
                              float alpha, float beta);
 void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                 float alpha, float beta);
+/* Pack a sliver of a transposed B ([N,K] row-major, ld ldb): dst[k*nr + c] =
+ * B[(j0+c)*ldb + k0+k] for k < kc, c < n (n <= nr), zeros for c in [n, nr).
+ * 8x8 register transposes; needs AVX (the caller checks avx2). */
+void loom_gemm_pack_bt_avx2(const float *B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n, int nr,
+                            float *dst);
 #endif
 
 #endif

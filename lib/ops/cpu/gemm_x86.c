@@ -123,3 +123,46 @@ void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *restrict a, const float
 /* ISO C forbids an empty translation unit. */
 typedef int loom_gemm_x86_unused;
 #endif
+
+/* 8x8 transpose of rows r[0..7] (8 floats each) in AVX registers. */
+__attribute__((target("avx2"))) static inline void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+__attribute__((target("avx2"))) void loom_gemm_pack_bt_avx2(const float *B, int64_t ldb, int64_t k0, int64_t kc,
+                                                            int64_t j0, int64_t n, int nr, float *dst) {
+  const int64_t n8 = n & ~(int64_t)7, k8 = kc & ~(int64_t)7;
+  for (int64_t c = 0; c < n8; c += 8) {
+    const float *src = B + (j0 + c) * ldb + k0;
+    int64_t k = 0;
+    for (; k < k8; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ldb + k);
+      transpose8(r);
+      for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (k + i) * nr + c, r[i]);
+    }
+    for (; k < kc; k++)
+      for (int i = 0; i < 8; i++) dst[k * nr + c + i] = src[i * ldb + k];
+  }
+  for (int64_t c = n8; c < n; c++) {
+    const float *src = B + (j0 + c) * ldb + k0;
+    for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = src[k];
+  }
+  for (int64_t c = n; c < nr; c++)
+    for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = 0.0f;
+}
