@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device/device_internal.h"
+#include "loom/log.h"
 #include "loom/alloc.h"
 
 typedef struct logical_gpu {
@@ -151,7 +152,10 @@ static void build_table(void) {
                "loom_set_visible_devices hides all %d)", nphys);
   }
   atomic_store(&g_ready, 1);
+  int count = g_cuda_count;
   pthread_mutex_unlock(&g_dev_lock);
+  if (count > 0) loom_log_msg(LOOM_LOG_INFO, "CUDA: %d device%s visible", count, count == 1 ? "" : "s");
+  else loom_log_msg(LOOM_LOG_INFO, "CUDA unavailable: %s", g_cuda_reason);
 }
 
 static int cuda_count(void) {

@@ -16,6 +16,7 @@
  * The micro-kernel is chosen at run time (AVX-512, AVX2+FMA, or portable C),
  * because the library is compiled for baseline x86-64 and must run anywhere. */
 #include "ops/cpu/gemm.h"
+#include "loom/log.h"
 #include "ops/cpu/gemm_internal.h"
 
 #include <limits.h>
@@ -147,7 +148,11 @@ static bool auto_prefers_builtin(void) {
 static void decide_policy(void) {
   if (atomic_load(&g_policy_set)) return;
   const char *env = getenv("LOOM_CPU_GEMM");
-  if (!env || loom_cpu_gemm_set_policy(env) != 0) loom_cpu_gemm_set_policy("auto");
+  if (env && loom_cpu_gemm_set_policy(env) != 0)
+    loom_log_msg(LOOM_LOG_WARN, "LOOM_CPU_GEMM='%s' is not auto, builtin or openblas (available in this build); using auto",
+                 env);
+  if (!env || !atomic_load(&g_policy_set)) loom_cpu_gemm_set_policy("auto");
+  loom_log_msg(LOOM_LOG_INFO, "CPU GEMM: %s", loom_cpu_gemm_impl());
 }
 
 int loom_cpu_gemm_set_policy(const char *name) {
