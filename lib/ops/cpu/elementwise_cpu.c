@@ -74,105 +74,94 @@ static void un_row(int op, float s, loom_dtype dt, const char *pa, int64_t sa, c
   }
 }
 
-loom_status loom_cpu_ew_binary(loom_op_args *a, int op) {
-  loom_tensor *o = a->out[0], *x = a->in[0], *y = a->in[1];
-  loom_tensor *ops[3] = {o, x, y};
+/* One strided elementwise kernel: operands ops[0] (output) .. ops[nops-1],
+ * visited as runs of `n` elements starting at element offsets off[k] with
+ * inner strides st[k]. */
+typedef struct ew_ctx {
+  int op;
+  float scalar;
+  loom_tensor *const *ops;
+} ew_ctx;
+typedef void (*run_fn)(const ew_ctx *c, const int64_t *off, const int64_t *st, int64_t n);
+
+/* Walk the iteration in runs, spread over the cores: rows of the coalesced
+ * iteration, or chunks of one long row when there is a single row. */
+static void for_each_run(int nops, loom_tensor *const *ops, run_fn fn, const ew_ctx *c) {
   loom_iter it;
-  loom_iter_init(&it, 3, ops);
-  size_t es = loom_dtype_size(o->dtype);
-  char *po = loom_tensor_ptr(o);
-  const char *px = loom_tensor_ptr(x), *py = loom_tensor_ptr(y);
+  loom_iter_init(&it, nops, ops);
   int d = it.ndim - 1;
-  int64_t s0 = it.strides[0][d], s1 = it.strides[1][d], s2 = it.strides[2][d];
+  int64_t st[3] = {0, 0, 0};
+  for (int k = 0; k < nops; k++) st[k] = it.strides[k][d];
   if (it.rows == 1) {
-    /* One long run: chunk it so both cores work. */
-    int64_t n = it.inner, chunk = 16384;
-    int64_t nchunks = (n + chunk - 1) / chunk;
+    int64_t n = it.inner, chunk = 16384, nchunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (n >= LOOM_CPU_PAR_MIN)
-    for (int64_t c = 0; c < nchunks; c++) {
-      int64_t j0 = c * chunk, m = n - j0 < chunk ? n - j0 : chunk;
-      bin_row(op, o->dtype, px + (size_t)(j0 * s1) * es, s1, py + (size_t)(j0 * s2) * es, s2,
-              po + (size_t)(j0 * s0) * es, s0, m);
+    for (int64_t ch = 0; ch < nchunks; ch++) {
+      int64_t j0 = ch * chunk, off[3] = {0, 0, 0};
+      for (int k = 0; k < nops; k++) off[k] = j0 * st[k];
+      fn(c, off, st, n - j0 < chunk ? n - j0 : chunk);
     }
-    return LOOM_OK;
+    return;
   }
-  int64_t total = it.rows * it.inner;
-#pragma omp parallel for schedule(static) if (total >= LOOM_CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) if (it.rows * it.inner >= LOOM_CPU_PAR_MIN)
   for (int64_t r = 0; r < it.rows; r++) {
     int64_t off[3];
     loom_iter_row_offsets(&it, r, off);
-    bin_row(op, o->dtype, px + (size_t)off[1] * es, s1, py + (size_t)off[2] * es, s2, po + (size_t)off[0] * es, s0,
-            it.inner);
+    fn(c, off, st, it.inner);
   }
+}
+
+static char *at(const loom_tensor *t, int64_t off) {
+  return (char *)loom_tensor_ptr(t) + (size_t)off * loom_dtype_size(t->dtype);
+}
+
+static void binary_run(const ew_ctx *c, const int64_t *off, const int64_t *st, int64_t n) {
+  bin_row(c->op, c->ops[0]->dtype, at(c->ops[1], off[1]), st[1], at(c->ops[2], off[2]), st[2], at(c->ops[0], off[0]),
+          st[0], n);
+}
+
+static void unary_run(const ew_ctx *c, const int64_t *off, const int64_t *st, int64_t n) {
+  un_row(c->op, c->scalar, c->ops[0]->dtype, at(c->ops[1], off[1]), st[1], at(c->ops[0], off[0]), st[0], n);
+}
+
+static void copy_run(const ew_ctx *c, const int64_t *off, const int64_t *st, int64_t n) {
+  const loom_tensor *o = c->ops[0], *x = c->ops[1];
+  char *ro = at(o, off[0]);
+  const char *rx = at(x, off[1]);
+  size_t eo = loom_dtype_size(o->dtype), ex = loom_dtype_size(x->dtype);
+  int64_t so = st[0], sx = st[1];
+  if (o->dtype == x->dtype && so == 1 && sx == 1) {
+    memcpy(ro, rx, (size_t)n * eo);
+  } else if (!loom_dtype_is_float(o->dtype) || !loom_dtype_is_float(x->dtype)) {
+    /* Integers travel through double: exact for |v| < 2^53. */
+    for (int64_t j = 0; j < n; j++) loom_cpu_store_f64(ro, o->dtype, j * so, loom_cpu_load_f64(rx, x->dtype, j * sx));
+  } else {
+    float t[RUN];
+    for (int64_t j0 = 0; j0 < n; j0 += RUN) {
+      int64_t m = n - j0 < RUN ? n - j0 : RUN;
+      loom_cpu_load_f32(rx + (size_t)(j0 * sx) * ex, x->dtype, sx, m, t);
+      loom_cpu_store_f32(ro + (size_t)(j0 * so) * eo, o->dtype, so, m, t);
+    }
+  }
+}
+
+loom_status loom_cpu_ew_binary(loom_op_args *a, int op) {
+  loom_tensor *ops[3] = {a->out[0], a->in[0], a->in[1]};
+  ew_ctx c = {op, 0.0f, ops};
+  for_each_run(3, ops, binary_run, &c);
   return LOOM_OK;
 }
 
 loom_status loom_cpu_ew_unary(loom_op_args *a, int op) {
-  loom_tensor *o = a->out[0], *x = a->in[0];
-  loom_tensor *ops[2] = {o, x};
-  loom_iter it;
-  loom_iter_init(&it, 2, ops);
-  size_t es = loom_dtype_size(o->dtype);
-  char *po = loom_tensor_ptr(o);
-  const char *px = loom_tensor_ptr(x);
-  float s = (float)a->f[0];
-  int d = it.ndim - 1;
-  if (it.rows == 1) {
-    /* One long run: chunk it so both cores work. */
-    int64_t n = it.inner, chunk = 16384;
-    int64_t nchunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (n >= LOOM_CPU_PAR_MIN)
-    for (int64_t c = 0; c < nchunks; c++) {
-      int64_t j0 = c * chunk, m = n - j0 < chunk ? n - j0 : chunk;
-      un_row(op, s, o->dtype, px + (size_t)(j0 * it.strides[1][d]) * es, it.strides[1][d],
-             po + (size_t)(j0 * it.strides[0][d]) * es, it.strides[0][d], m);
-    }
-    return LOOM_OK;
-  }
-  int64_t total = it.rows * it.inner;
-#pragma omp parallel for schedule(static) if (total >= LOOM_CPU_PAR_MIN)
-  for (int64_t r = 0; r < it.rows; r++) {
-    int64_t off[2];
-    loom_iter_row_offsets(&it, r, off);
-    un_row(op, s, o->dtype, px + (size_t)off[1] * es, it.strides[1][d], po + (size_t)off[0] * es, it.strides[0][d],
-           it.inner);
-  }
+  loom_tensor *ops[2] = {a->out[0], a->in[0]};
+  ew_ctx c = {op, (float)a->f[0], ops};
+  for_each_run(2, ops, unary_run, &c);
   return LOOM_OK;
 }
 
 /* Strided copy with dtype conversion: out (contiguous or not) <- in. */
 loom_status loom_cpu_copy(loom_op_args *a) {
-  loom_tensor *o = a->out[0], *x = a->in[0];
-  loom_tensor *ops[2] = {o, x};
-  loom_iter it;
-  loom_iter_init(&it, 2, ops);
-  size_t eo = loom_dtype_size(o->dtype), ex = loom_dtype_size(x->dtype);
-  char *po = loom_tensor_ptr(o);
-  const char *px = loom_tensor_ptr(x);
-  int d = it.ndim - 1;
-  bool ints = !loom_dtype_is_float(o->dtype) || !loom_dtype_is_float(x->dtype);
-  int64_t total = it.rows * it.inner;
-#pragma omp parallel for schedule(static) if (total >= LOOM_CPU_PAR_MIN && it.rows > 1)
-  for (int64_t r = 0; r < it.rows; r++) {
-    int64_t off[2];
-    loom_iter_row_offsets(&it, r, off);
-    char *ro = po + (size_t)off[0] * eo;
-    const char *rx = px + (size_t)off[1] * ex;
-    int64_t so = it.strides[0][d], sx = it.strides[1][d];
-    if (o->dtype == x->dtype && so == 1 && sx == 1) {
-      memcpy(ro, rx, (size_t)it.inner * eo);
-    } else if (ints) {
-      /* Integers travel through double: exact for |v| < 2^53. */
-      for (int64_t j = 0; j < it.inner; j++)
-        loom_cpu_store_f64(ro, o->dtype, j * so, loom_cpu_load_f64(rx, x->dtype, j * sx));
-    } else {
-      float t[RUN];
-      for (int64_t j0 = 0; j0 < it.inner; j0 += RUN) {
-        int64_t m = it.inner - j0 < RUN ? it.inner - j0 : RUN;
-        loom_cpu_load_f32(rx + (size_t)(j0 * sx) * ex, x->dtype, sx, m, t);
-        loom_cpu_store_f32(ro + (size_t)(j0 * so) * eo, o->dtype, so, m, t);
-      }
-    }
-  }
+  loom_tensor *ops[2] = {a->out[0], a->in[0]};
+  ew_ctx c = {0, 0.0f, ops};
+  for_each_run(2, ops, copy_run, &c);
   return LOOM_OK;
 }
