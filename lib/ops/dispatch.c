@@ -32,6 +32,15 @@ static loom_status check_inputs(const loom_op_def *d, loom_op_args *a) {
   return LOOM_OK;
 }
 
+/* The op's kernel for dev, or LOOM_ERR_UNSUPPORTED naming op and device. */
+static loom_status kernel_for(const loom_op_def *d, loom_device dev, loom_kernel_fn *out) {
+  *out = dev.kind == LOOM_CPU ? d->cpu : d->cuda;
+  if (*out) return LOOM_OK;
+  char b[32];
+  return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: no kernel for device %s in this build", d->name,
+                        loom_device_str(dev, b, 32));
+}
+
 static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
   const loom_op_def *d = loom_op_get(id);
   if (!d || !d->infer) return loom_set_error(LOOM_ERR_INTERNAL, "op %d is not runnable", (int)id);
@@ -43,12 +52,8 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
   for (int k = 0; k < LOOM_OP_MAX_OUT; k++) spec[k].ndim = -1;
   LOOM_TRY(d->infer(d->name, a, spec));
   loom_device dev = a->in[0]->storage->device;
-  loom_kernel_fn kernel = dev.kind == LOOM_CPU ? d->cpu : d->cuda;
-  if (!kernel) {
-    char b[32];
-    return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: no kernel for device %s in this build", d->name,
-                          loom_device_str(dev, b, 32));
-  }
+  loom_kernel_fn kernel;
+  LOOM_TRY(kernel_for(d, dev, &kernel));
   for (int k = 0; k < d->n_out; k++) {
     if (spec[k].ndim < 0) continue;
     a->out[k] = loom_tensor_alloc_raw(spec[k].ndim, spec[k].shape, spec[k].dtype, dev);
@@ -88,11 +93,7 @@ loom_status loom_op_run_into(loom_op_id id, loom_op_args *a) {
   for (int k = 0; k < d->n_in; k++)
     if (!a->in[k]) return loom_set_error(LOOM_ERR_NULL_INPUT, "%s: input %d is NULL", d->name, k);
   loom_device dev = a->in[0]->storage->device;
-  loom_kernel_fn kernel = dev.kind == LOOM_CPU ? d->cpu : d->cuda;
-  if (!kernel) {
-    char b[32];
-    return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: no kernel for device %s in this build", d->name,
-                          loom_device_str(dev, b, 32));
-  }
+  loom_kernel_fn kernel;
+  LOOM_TRY(kernel_for(d, dev, &kernel));
   return kernel(a);
 }
