@@ -18,6 +18,15 @@ struct loom_optimizer {
   double lr;
   int64_t steps;           /* step() calls that updated something */
   int64_t *param_steps;    /* updates applied to each parameter */
+  /* Per-step group arrays, allocated once (an optimizer is driven by one
+   * thread at a time, so step() can reuse them). */
+  struct {
+    float **pp, **b1, **b2;
+    const float **gp;
+    int64_t *numel;
+    uint16_t **lowp;
+    int *idx;
+  } scratch;
   loom_sgd_options sgd;
   loom_adamw_options adamw;
 };

@@ -50,7 +50,16 @@ static loom_optimizer *opt_new(loom_tensor *const *params, int n, int kind, int 
   o->buf1 = calloc((size_t)n, sizeof *o->buf1);
   o->buf2 = calloc((size_t)n, sizeof *o->buf2);
   o->param_steps = calloc((size_t)n, sizeof *o->param_steps);
-  if (!o->params || !o->buf1 || !o->buf2 || !o->param_steps) goto oom;
+  o->scratch.pp = calloc((size_t)n, sizeof *o->scratch.pp);
+  o->scratch.b1 = calloc((size_t)n, sizeof *o->scratch.b1);
+  o->scratch.b2 = calloc((size_t)n, sizeof *o->scratch.b2);
+  o->scratch.gp = calloc((size_t)n, sizeof *o->scratch.gp);
+  o->scratch.numel = calloc((size_t)n, sizeof *o->scratch.numel);
+  o->scratch.lowp = calloc((size_t)n, sizeof *o->scratch.lowp);
+  o->scratch.idx = calloc((size_t)n, sizeof *o->scratch.idx);
+  if (!o->params || !o->buf1 || !o->buf2 || !o->param_steps || !o->scratch.pp || !o->scratch.b1 || !o->scratch.b2 ||
+      !o->scratch.gp || !o->scratch.numel || !o->scratch.lowp || !o->scratch.idx)
+    goto oom;
   for (int i = 0; i < n; i++) {
     o->params[i] = params[i];
     for (int b = 0; b < nbufs; b++) {
@@ -220,19 +229,15 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
 
 loom_status loom_optimizer_step(loom_optimizer *o) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
-  float **pp = malloc((size_t)o->n * sizeof *pp), **b1 = malloc((size_t)o->n * sizeof *b1),
-        **b2 = malloc((size_t)o->n * sizeof *b2);
-  const float **gp = malloc((size_t)o->n * sizeof *gp);
-  int64_t *numel = malloc((size_t)o->n * sizeof *numel);
-  uint16_t **lowp = malloc((size_t)o->n * sizeof *lowp);
-  int *idx = malloc((size_t)o->n * sizeof *idx);
-  loom_status st = (pp && b1 && b2 && gp && numel && lowp && idx) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
+  int *idx = o->scratch.idx;
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the
    * gradient receive it in f32 first; the fused step refreshes the copies. */
-  if (st == LOOM_OK) st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL);
-  if (st == LOOM_OK) st = loom_optimizer_fill_group(o, &g, pp, gp, b1, b2, numel, idx);
-  if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, lowp);
+  loom_status st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL);
+  if (st == LOOM_OK)
+    st = loom_optimizer_fill_group(o, &g, o->scratch.pp, o->scratch.gp, o->scratch.b1, o->scratch.b2, o->scratch.numel,
+                                   idx);
+  if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, o->scratch.lowp);
   if (st == LOOM_OK) st = step_by_count(o, &g, idx);
   if (st == LOOM_OK) {
     for (int j = 0; j < g.n; j++) {
@@ -243,13 +248,6 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
     }
     o->steps++;
   }
-  free(idx);
-  free(lowp);
-  free(pp);
-  free(b1);
-  free(b2);
-  free(gp);
-  free(numel);
   return st;
 }
 
@@ -276,5 +274,12 @@ void loom_optimizer_free(loom_optimizer *o) {
   free(o->buf1);
   free(o->buf2);
   free(o->param_steps);
+  free(o->scratch.pp);
+  free(o->scratch.b1);
+  free(o->scratch.b2);
+  free(o->scratch.gp);
+  free(o->scratch.numel);
+  free(o->scratch.lowp);
+  free(o->scratch.idx);
   free(o);
 }
