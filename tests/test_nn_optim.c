@@ -315,3 +315,52 @@ static void late_param_case(bool adamw) {
 
 Test(optim, late_parameter_adamw) { late_param_case(true); }
 Test(optim, late_parameter_sgd_momentum_dampening) { late_param_case(false); }
+
+/* Dotted parameter names (PyTorch's named_parameters spelling), buffers and
+ * train/eval mode through nested modules, and the error paths. */
+#include "nn/module_internal.h"
+Test(nn, names_buffers_and_mode) {
+  int64_t hidden[1] = {8};
+  loom_module *mlp = loom_mlp_new(4, 1, hidden, 3, loom_cpu());
+  cr_assert_not_null(mlp, "%s", loom_last_error());
+  char buf[64];
+  cr_assert_str_eq(loom_module_param_name(mlp, 0, buf, sizeof buf), "0.weight");
+  cr_assert_str_eq(loom_module_param_name(mlp, 1, buf, sizeof buf), "0.bias");
+  cr_assert_str_eq(loom_module_param_name(mlp, 3, buf, sizeof buf), "1.bias");
+  cr_assert_null(loom_module_param_name(mlp, 4, buf, sizeof buf));
+  char tiny[4];
+  cr_assert_null(loom_module_param_name(mlp, 0, tiny, sizeof tiny));
+  tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "too small");
+
+  /* A named container holding the MLP plus a module with a buffer. */
+  loom_module *root = loom_module_alloc(99, "Root");
+  loom_module *stats = loom_module_alloc(98, "Stats");
+  int64_t three = 3;
+  cr_assert_eq(loom_module_add_param(stats, "scale", loom_ones(1, &three, LOOM_F32, loom_cpu())), LOOM_OK);
+  cr_assert_eq(loom_module_add_buffer(stats, "running_mean", loom_zeros(1, &three, LOOM_F32, loom_cpu())), LOOM_OK);
+  cr_assert_neq(loom_module_add_buffer(stats, "bad.name", loom_zeros(1, &three, LOOM_F32, loom_cpu())), LOOM_OK);
+  tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "without '.'");
+  cr_assert_eq(loom_module_add_child(root, "features", mlp), LOOM_OK);
+  cr_assert_eq(loom_module_add_child(root, "head", stats), LOOM_OK);
+  cr_assert_eq(loom_module_num_params(root), 5);
+  cr_assert_str_eq(loom_module_param_name(root, 2, buf, sizeof buf), "features.1.weight");
+  cr_assert_str_eq(loom_module_param_name(root, 4, buf, sizeof buf), "head.scale");
+  cr_assert_eq(loom_module_num_buffers(root), 1);
+  cr_assert_str_eq(loom_module_buffer_name(root, 0, buf, sizeof buf), "head.running_mean");
+  cr_assert_eq(loom_tensor_numel(loom_module_buffer(root, 0)), 3);
+  cr_assert_null(loom_module_buffer(root, 1));
+
+  cr_assert(loom_module_is_training(root) && loom_module_is_training(stats));
+  cr_assert_eq(loom_module_train(root, false), LOOM_OK);
+  cr_assert(!loom_module_is_training(root) && !loom_module_is_training(mlp) && !loom_module_is_training(stats));
+  /* A child added to an eval-mode module joins it in eval mode. */
+  loom_module *late = loom_relu_new();
+  cr_assert(loom_module_is_training(late));
+  cr_assert_eq(loom_module_add_child(root, "late", late), LOOM_OK);
+  cr_assert(!loom_module_is_training(late));
+  cr_assert_eq(loom_module_train(root, true), LOOM_OK);
+  cr_assert(loom_module_is_training(late) && loom_module_is_training(mlp));
+  cr_assert_eq(loom_module_train(NULL, true), LOOM_ERR_INVALID_ARG);
+  loom_module_free(root);
+  tk_leak_check();
+}

@@ -536,3 +536,39 @@ Test(tensor, f16_cast_runs_match_scalar_conversion) {
   loom_scope_end();
   tk_leak_check();
 }
+
+/* Channels-last: the logical shape stays [N, C, H, W], the strides become
+ * NHWC, values are unchanged, gradients flow back, and non-4-D is refused. */
+Test(tensor, memory_format_channels_last) {
+  loom_scope_begin();
+  int64_t s[4] = {2, 3, 4, 5};
+  loom_tensor *x = loom_randn(4, s, LOOM_F32, loom_cpu());
+  loom_set_requires_grad(x, true);
+  cr_assert_eq(loom_tensor_memory_format(x), LOOM_FORMAT_NCHW);
+  loom_tensor *y = loom_to_memory_format(x, LOOM_FORMAT_NHWC);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  cr_assert(loom_tensor_is_channels_last(y));
+  cr_assert_eq(loom_tensor_memory_format(y), LOOM_FORMAT_NHWC);
+  const int64_t *st = loom_tensor_strides(y);
+  cr_assert(st[0] == 60 && st[1] == 1 && st[2] == 15 && st[3] == 3);
+  cr_assert_eq(loom_tensor_dim(y, 1), 3);
+  cr_assert_eq(loom_to_memory_format(y, LOOM_FORMAT_NHWC), y); /* already: the same tensor */
+  double *a = tk_read(x), *b = tk_read(y);
+  tk_assert_close(a, b, 120, 0, 0, "channels-last copy keeps values");
+  free(a);
+  free(b);
+  loom_tensor *back = loom_to_memory_format(y, LOOM_FORMAT_NCHW);
+  cr_assert(loom_tensor_is_contiguous(back));
+  cr_assert_eq(loom_backward(loom_sum_all(loom_mul_scalar(y, 2.0))), LOOM_OK, "%s", loom_last_error());
+  double *g = tk_read(loom_grad(x));
+  for (int i = 0; i < 120; i++) cr_assert_eq(g[i], 2.0);
+  free(g);
+  int64_t s3[3] = {2, 3, 4};
+  cr_assert_null(loom_to_memory_format(loom_zeros(3, s3, LOOM_F32, loom_cpu()), LOOM_FORMAT_NHWC));
+  tk_assert_error(loom_last_status(), LOOM_ERR_SHAPE, "4-D");
+  cr_assert_null(loom_to_memory_format(x, (loom_memory_format)7));
+  tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "format 7");
+  cr_assert_eq(loom_tensor_memory_format(loom_transpose(x, 2, 3)), LOOM_FORMAT_STRIDED);
+  loom_scope_end();
+  tk_leak_check();
+}

@@ -54,6 +54,28 @@ LOOM_API loom_module *loom_module_child(const loom_module *m, int i);  /* borrow
 LOOM_API int loom_module_num_params(const loom_module *m);
 LOOM_API loom_tensor *loom_module_param(const loom_module *m, int i);
 LOOM_API int64_t loom_module_num_param_elements(const loom_module *m);
+/* Dotted name of parameter i, as PyTorch's named_parameters() spells it:
+ * a module's own parameters first ("weight", "bias"), then each child's,
+ * prefixed by the child's name ("layer1.0.conv1.weight"; children of a
+ * Sequential are named by their index: "0.weight", "2.bias"). Written into
+ * buf (n bytes); returns buf, or NULL when i is out of range or buf is too
+ * small (an error). The same order as loom_module_param(). */
+LOOM_API const char *loom_module_param_name(const loom_module *m, int i, char *buf, size_t n);
+
+/* Buffers: module state that is not trained but belongs to the model
+ * (BatchNorm's running_mean / running_var / num_batches_tracked). Saved in
+ * checkpoints and broadcast by data parallelism; never given to an
+ * optimizer. Depth first and named like parameters. Borrowed. */
+LOOM_API int loom_module_num_buffers(const loom_module *m);
+LOOM_API loom_tensor *loom_module_buffer(const loom_module *m, int i);
+LOOM_API const char *loom_module_buffer_name(const loom_module *m, int i, char *buf, size_t n);
+
+/* Training mode (the default) or evaluation mode, for m and everything
+ * under it: in eval mode dropout is the identity and batch norm normalizes
+ * with its running statistics. A child added to a module takes the
+ * module's mode. */
+LOOM_API loom_status loom_module_train(loom_module *m, bool training);
+LOOM_API bool loom_module_is_training(const loom_module *m);
 LOOM_API void loom_module_free(loom_module *m);
 
 LOOM_EXTERN_C_END

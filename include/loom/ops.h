@@ -55,6 +55,76 @@ typedef enum loom_activation {
 } loom_activation;
 LOOM_API loom_tensor *loom_linear(loom_tensor *x, loom_tensor *w, loom_tensor *b, loom_activation act);
 
+/* ---- convolutional networks ------------------------------------------------ */
+/* 4-D image tensors are [N, C, H, W] logically, as in PyTorch. Their memory
+ * is either contiguous (NCHW) or channels-last (NHWC: strides
+ * [H*W*C, 1, W*C, C]); only the strides differ. Every op below accepts both
+ * and returns its result in its input's format, so a model converts once at
+ * its input (loom_to_memory_format) and stays in that format. */
+typedef enum loom_memory_format {
+  LOOM_FORMAT_NCHW = 0,      /* contiguous */
+  LOOM_FORMAT_NHWC = 1,      /* channels-last */
+  LOOM_FORMAT_STRIDED = 2,   /* neither (a view); ops make it NCHW first */
+} loom_memory_format;
+/* t itself (retained) when already in format f, else a copy (differentiable). */
+LOOM_API loom_tensor *loom_to_memory_format(loom_tensor *t, loom_memory_format f);
+LOOM_API loom_memory_format loom_tensor_memory_format(const loom_tensor *t);
+/* 4-D with channels-last strides (size-1 dims match any stride). */
+LOOM_API bool loom_tensor_is_channels_last(const loom_tensor *t);
+
+typedef struct loom_conv2d_options {
+  uint32_t size;           /* sizeof(loom_conv2d_options) */
+  int64_t stride[2];       /* 1, 1 (H, W) */
+  int64_t padding[2];      /* 0, 0 (zeros, both sides) */
+  int64_t dilation[2];     /* 1, 1 */
+  int64_t groups;          /* 1; C_in for depthwise */
+  int32_t act;             /* loom_activation: LOOM_ACT_RELU fuses bias + ReLU */
+} loom_conv2d_options;
+LOOM_API loom_conv2d_options loom_conv2d_defaults(void);
+/* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL -> [N, O, OH, OW]
+ * in x's memory format; opt NULL: defaults. */
+LOOM_API loom_tensor *loom_conv2d(loom_tensor *x, loom_tensor *w, loom_tensor *b, const loom_conv2d_options *opt);
+
+typedef struct loom_batch_norm_options {
+  uint32_t size;           /* sizeof(loom_batch_norm_options) */
+  bool training;           /* true: batch statistics (and running stats updated); false: running stats */
+  double momentum;         /* 0.1: running = (1 - momentum) * running + momentum * batch */
+  double eps;              /* 1e-5 */
+  int32_t act;             /* loom_activation: LOOM_ACT_RELU fuses the ReLU into the apply pass */
+} loom_batch_norm_options;
+LOOM_API loom_batch_norm_options loom_batch_norm_defaults(void);
+/* x [N, C, ...] (f32/f16/bf16); running_mean / running_var [C] f32 (updated in
+ * place in training, the variance Bessel-corrected as PyTorch does; may be
+ * NULL in training); weight / bias [C] f32 or NULL (affine off). Statistics
+ * are computed in f32 whatever x's dtype; the result has x's dtype and format. */
+LOOM_API loom_tensor *loom_batch_norm(loom_tensor *x, loom_tensor *running_mean, loom_tensor *running_var,
+                                      loom_tensor *weight, loom_tensor *bias, const loom_batch_norm_options *opt);
+
+typedef struct loom_pool2d_options {
+  uint32_t size;           /* sizeof(loom_pool2d_options) */
+  int64_t kernel[2];
+  int64_t stride[2];       /* 0: the kernel size (PyTorch's default) */
+  int64_t padding[2];      /* 0 */
+  bool ceil_mode;          /* false */
+  bool count_include_pad;  /* avg only: true (PyTorch's default) */
+} loom_pool2d_options;
+LOOM_API loom_pool2d_options loom_pool2d_defaults(int64_t kernel_h, int64_t kernel_w);
+/* Backward routes each gradient to the argmax of its window (first on ties). */
+LOOM_API loom_tensor *loom_max_pool2d(loom_tensor *x, const loom_pool2d_options *opt);
+LOOM_API loom_tensor *loom_avg_pool2d(loom_tensor *x, const loom_pool2d_options *opt);
+/* [N, C, H, W] -> [N, C, out_h, out_w] with PyTorch's adaptive windows;
+ * (1, 1) is global average pooling. */
+LOOM_API loom_tensor *loom_adaptive_avg_pool2d(loom_tensor *x, int64_t out_h, int64_t out_w);
+
+/* Zero each element with probability p and scale the rest by 1/(1-p); the
+ * mask comes from the global Philox generator, so a seed gives the same mask
+ * on the CPU and on CUDA. Identity when !training or p == 0. */
+LOOM_API loom_tensor *loom_dropout(loom_tensor *x, double p, bool training);
+/* Merge dims start_dim..end_dim (negative counts from the end) into one. */
+LOOM_API loom_tensor *loom_flatten(loom_tensor *x, int start_dim, int end_dim);
+/* relu(a + b) in one pass (residual joins); same shapes, or b broadcast. */
+LOOM_API loom_tensor *loom_add_relu(loom_tensor *a, loom_tensor *b);
+
 /* ---- losses and metrics -------------------------------------------------- */
 LOOM_API loom_tensor *loom_log_softmax(loom_tensor *logits, int dim);
 /* Mean cross-entropy of logits [N, C] (float) against labels [N] (i32/i64/u8),

@@ -28,20 +28,11 @@ loom_module *loom_linear_new(int64_t in_features, int64_t out_features, bool bia
   m->forward = linear_forward;
   m->in_features = in_features;
   m->out_features = out_features;
-  m->params = calloc(2, sizeof *m->params);
-  if (!m->params) {
-    loom_module_free(m);
-    loom_set_error(LOOM_ERR_OOM, "linear_new: out of host memory");
-    return NULL;
-  }
   int64_t ws[2] = {out_features, in_features};
-  m->params[m->n_params++] = loom_tensor_alloc_raw(2, ws, LOOM_F32, dev);
-  if (bias) m->params[m->n_params++] = loom_tensor_alloc_raw(1, &out_features, LOOM_F32, dev);
-  for (int i = 0; i < m->n_params; i++) {
-    if (!m->params[i]) {
-      loom_module_free(m);
-      return NULL;
-    }
+  if (loom_module_add_param(m, "weight", loom_tensor_alloc_raw(2, ws, LOOM_F32, dev)) != LOOM_OK ||
+      (bias && loom_module_add_param(m, "bias", loom_tensor_alloc_raw(1, &out_features, LOOM_F32, dev)) != LOOM_OK)) {
+    loom_module_free(m);
+    return NULL;
   }
   /* Bias uses PyTorch's default U(±1/sqrt(fan_in)) whatever the weight init. */
   if (loom_init_(m->params[0], init, in_features, out_features) != LOOM_OK ||

@@ -8,14 +8,27 @@
 
 enum { LOOM_MOD_LINEAR = 1, LOOM_MOD_RELU = 2, LOOM_MOD_SEQUENTIAL = 3 };
 
+#define LOOM_MODULE_NAME_MAX 32  /* a parameter's, buffer's or child's own (local) name */
+
 struct loom_module {
   int kind;
   char name[64];
   loom_tensor *(*forward)(loom_module *m, loom_tensor *x);
+  /* Optional: called after the generic part of loom_module_free (own state). */
+  void (*destroy)(loom_module *m);
+  /* Optional: called by loom_module_train after the flag is set. */
+  void (*on_mode)(loom_module *m);
+  bool training;          /* true unless loom_module_train(m, false) */
   loom_tensor **params;   /* owned */
-  int n_params;
+  char (*param_names)[LOOM_MODULE_NAME_MAX];  /* local names ("weight"); parallel to params */
+  int n_params, cap_params;
+  loom_tensor **buffers;  /* owned; not trained (BatchNorm's running statistics) */
+  char (*buffer_names)[LOOM_MODULE_NAME_MAX];
+  int n_buffers, cap_buffers;
   loom_module **children; /* owned */
+  char (*child_names)[LOOM_MODULE_NAME_MAX];  /* "" = the child's index (Sequential) */
   int n_children, cap_children;
+  void *impl;             /* owned by the module kind (freed by destroy) */
   /* Linear */
   int64_t in_features, out_features;
   loom_activation act;
@@ -24,5 +37,13 @@ struct loom_module {
 };
 
 loom_module *loom_module_alloc(int kind, const char *name);
+/* Append an owned parameter / buffer with a local name ("weight",
+ * "running_mean"). t NULL: the error of the call that made it. On failure t
+ * is released and the module is left as it was. */
+loom_status loom_module_add_param(loom_module *m, const char *name, loom_tensor *t);
+loom_status loom_module_add_buffer(loom_module *m, const char *name, loom_tensor *t);
+/* Append an owned child; name NULL or "" names it by its index. The module
+ * takes ownership of child, also on failure. */
+loom_status loom_module_add_child(loom_module *m, const char *name, loom_module *child);
 
 #endif

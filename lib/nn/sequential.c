@@ -30,17 +30,8 @@ loom_status loom_sequential_add(loom_module *seq, loom_module *child) {
       return loom_linear_set_activation(prev, LOOM_ACT_RELU);
     }
   }
-  if (seq->n_children == seq->cap_children) {
-    int nc = seq->cap_children ? seq->cap_children * 2 : 8;
-    loom_module **n = realloc(seq->children, (size_t)nc * sizeof *n);
-    if (!n) {
-      loom_module_free(child);
-      return loom_set_error(LOOM_ERR_OOM, "sequential_add: out of host memory");
-    }
-    seq->children = n;
-    seq->cap_children = nc;
-  }
-  seq->children[seq->n_children++] = child;
+  loom_status st = loom_module_add_child(seq, NULL, child);
+  if (st != LOOM_OK) return st;
   snprintf(seq->name, sizeof seq->name, "Sequential[%d]", seq->n_children);
   return LOOM_OK;
 }
