@@ -2,12 +2,14 @@
  * loss scaler (DESIGN.md §6).
  *
  * Policy. loom_module_set_precision(model, LOOM_PRECISION_MIXED_FP16, ...)
- * makes every Linear of the model run its GEMM with f16 (or bf16) operands
- * and f32 accumulation; activations between layers stay in the compute
- * dtype; losses (cross-entropy), softmax and reductions compute in f32; the
- * optimizer works on f32. The casts are inserted by the policy: the user
- * feeds f32 inputs and gets logits in the compute dtype (or f32 when the last
- * layer is kept in f32).
+ * makes every Linear and Conv2d of the model run its GEMM / convolution with
+ * f16 (or bf16) operands and f32 accumulation; activations between layers
+ * stay in the compute dtype; batch norm keeps f32 parameters and running
+ * statistics and computes its statistics in f32; losses (cross-entropy),
+ * softmax and reductions compute in f32; the optimizer works on f32. The
+ * casts are inserted by the policy: the user feeds f32 inputs (a ResNet casts
+ * its input once, at the top) and gets logits in the compute dtype (or f32
+ * when the last layer is kept in f32).
  *
  * Master weights. loom_module_param() keeps returning the f32 parameters
  * ("masters"); hand those to the optimizer as usual. Under a mixed policy
@@ -65,7 +67,7 @@ LOOM_API const char *loom_precision_name(loom_precision p);
 LOOM_API loom_dtype loom_precision_compute_dtype(loom_precision p);
 
 /* Apply a policy to m and everything under it. keep_last_fp32: the last
- * Linear (depth first) runs in f32 with its f32 parameters, its input cast up
+ * Linear (depth first; a ResNet's fc) runs in f32 with its f32 parameters, its input cast up
  * — the usual choice for the classifier layer. Setting FP32 drops the
  * low-precision copies. May be called again (e.g. to switch policy); do it
  * between steps, after the optimizer has stepped. */

@@ -2,8 +2,16 @@
  *
  * A loom_module is an opaque layer with parameters (leaf tensors that
  * require grad, owned by the module) and a forward function. Sequential
- * containers own their children. loom_sequential_add fuses a Linear followed
- * by a ReLU into one fused linear+ReLU op automatically.
+ * containers own their children. loom_sequential_add fuses a ReLU into the
+ * layer before it automatically: Linear→ReLU becomes one fused linear+ReLU
+ * op, BatchNorm2d→ReLU applies the ReLU in batch norm's normalize pass, and
+ * Conv2d→ReLU (no batch norm between) uses the conv's fused bias+ReLU.
+ *
+ * Convolutional layers take [N, C, H, W] tensors in either memory format
+ * (NCHW or channels-last, see ops.h) and keep it. The ResNet builders
+ * follow torchvision's structure and parameter names (conv1.weight,
+ * bn1.running_mean, layer1.0.downsample.0.weight, fc.bias, ...), so
+ * checkpoints line up with PyTorch's state_dict keys.
  *
  * Initialization draws from the global generator (loom_manual_seed), so a
  * seed gives the same model on every device.
@@ -26,9 +34,15 @@ typedef enum loom_init {
   LOOM_INIT_KAIMING_NORMAL = 2,  /* N(0, 2/fan_in) */
   LOOM_INIT_XAVIER_UNIFORM = 3,  /* U(±sqrt(6/(fan_in+fan_out))) */
   LOOM_INIT_XAVIER_NORMAL = 4,   /* N(0, 2/(fan_in+fan_out)) */
+  LOOM_INIT_KAIMING_NORMAL_FAN_OUT = 5, /* N(0, 2/fan_out): torchvision's conv init
+                                           (kaiming_normal_, mode='fan_out', relu) */
+  LOOM_INIT_ZEROS = 6,
+  LOOM_INIT_ONES = 7,
 } loom_init;
 
-/* In-place initializers (no autograd is recorded). */
+/* In-place initializers (no autograd is recorded). For a convolution weight
+ * [O, C/groups, KH, KW], PyTorch's fans are fan_in = C/groups*KH*KW and
+ * fan_out = O*KH*KW. */
 LOOM_API loom_status loom_init_(loom_tensor *t, loom_init kind, int64_t fan_in, int64_t fan_out);
 
 /* Linear: y = x · wᵀ + b, w [out, in], b [out]. Weights use init. */
@@ -44,6 +58,97 @@ LOOM_API loom_status loom_sequential_add(loom_module *seq, loom_module *child);
 /* in -> hidden[0] -> ... -> hidden[n-1] -> out, ReLU between (fused). */
 LOOM_API loom_module *loom_mlp_new(int64_t in_features, int n_hidden, const int64_t *hidden,
                                    int64_t out_features, loom_device dev);
+
+/* ---- convolutional layers ---------------------------------------------------- */
+/* Conv2d: weight [out, in/groups, kh, kw], bias [out] when bias is true.
+ * opt: stride, padding, dilation, groups (NULL: loom_conv2d_defaults());
+ * its act is ignored here (Sequential sets it when a ReLU follows). The
+ * weight uses init (PyTorch's Conv2d default is LOOM_INIT_DEFAULT; ResNets
+ * use LOOM_INIT_KAIMING_NORMAL_FAN_OUT); the bias U(±1/sqrt(fan_in)). */
+LOOM_API loom_module *loom_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h, int64_t kernel_w,
+                                      const loom_conv2d_options *opt, bool bias, loom_init init, loom_device dev);
+/* BatchNorm2d over num_features channels: parameters weight (1) and bias
+ * (0) when affine; buffers running_mean (0), running_var (1) and
+ * num_batches_tracked (i64, 0-d) as in PyTorch. opt: momentum and eps
+ * (NULL: loom_batch_norm_defaults()); training/eval follows the module's
+ * mode. Statistics and parameters stay f32 under every precision policy. */
+LOOM_API loom_module *loom_batch_norm2d_new(int64_t num_features, const loom_batch_norm_options *opt, bool affine,
+                                            loom_device dev);
+LOOM_API loom_module *loom_max_pool2d_new(const loom_pool2d_options *opt);
+LOOM_API loom_module *loom_avg_pool2d_new(const loom_pool2d_options *opt);
+LOOM_API loom_module *loom_adaptive_avg_pool2d_new(int64_t out_h, int64_t out_w);
+/* Identity in eval mode. */
+LOOM_API loom_module *loom_dropout_new(double p);
+LOOM_API loom_module *loom_flatten_new(int start_dim, int end_dim);
+/* Switch the activation fused into a Linear, Conv2d or BatchNorm2d. */
+LOOM_API loom_status loom_module_set_activation(loom_module *m, loom_activation act);
+
+/* ---- residual networks ------------------------------------------------------- */
+/* Append-only. */
+typedef enum loom_resnet_shortcut {
+  /* 1x1 convolution + BatchNorm where the shape changes (downsample.0/.1),
+   * identity elsewhere: torchvision's, and the default. */
+  LOOM_SHORTCUT_PROJECTION = 0,
+  /* He et al.'s option A for CIFAR: the input subsampled by the stride and
+   * zero-padded with channels, no parameters (done as a fixed 0/1 1x1
+   * convolution that is not trained). */
+  LOOM_SHORTCUT_ZERO_PAD = 1,
+} loom_resnet_shortcut;
+
+/* BasicBlock (two 3x3 convolutions) and Bottleneck (1x1, 3x3 with the
+ * stride, 1x1 to 4*planes), each ending in relu(bn(conv(...)) + shortcut)
+ * through loom_add_relu. A BasicBlock outputs planes channels. */
+LOOM_API loom_module *loom_basic_block_new(int64_t in_channels, int64_t planes, int64_t stride,
+                                           loom_resnet_shortcut shortcut, loom_device dev);
+LOOM_API loom_module *loom_bottleneck_new(int64_t in_channels, int64_t planes, int64_t stride, loom_device dev);
+
+/* Append-only. */
+typedef enum loom_resnet_arch {
+  /* CIFAR-style (He et al. 2016, section 4.2): 3x3 stem with 16 channels,
+   * three stages of n BasicBlocks (16, 32, 64 channels), depth 6n+2. */
+  LOOM_RESNET20 = 0,
+  LOOM_RESNET32 = 1,
+  LOOM_RESNET44 = 2,
+  LOOM_RESNET56 = 3,
+  LOOM_RESNET110 = 4,
+  /* ImageNet-style (torchvision): 7x7/2 stem, 3x3/2 max pool, four stages. */
+  LOOM_RESNET18 = 5,
+  LOOM_RESNET34 = 6,
+  LOOM_RESNET50 = 7,
+  LOOM_RESNET101 = 8,
+  LOOM_RESNET152 = 9,
+} loom_resnet_arch;
+
+typedef struct loom_resnet_options {
+  uint32_t size;              /* sizeof(loom_resnet_options) */
+  int64_t in_channels;        /* 3 */
+  int64_t num_classes;        /* 10 for CIFAR-style, 1000 for ImageNet-style */
+  int32_t shortcut;           /* loom_resnet_shortcut: PROJECTION (CIFAR-style only; ImageNet-style
+                                 networks always project) */
+  int32_t memory_format;      /* loom_memory_format the forward converts its input to once: NCHW or
+                                 NHWC (channels-last). NCHW by default. */
+  bool zero_init_residual;    /* false: true zeroes each block's last BN weight (torchvision's option) */
+} loom_resnet_options;
+
+/* Defaults for arch (num_classes 10 or 1000 as above). */
+LOOM_API loom_resnet_options loom_resnet_defaults(loom_resnet_arch arch);
+/* "resnet20", ..., "resnet152" -> arch; an error naming the choices otherwise. */
+LOOM_API loom_status loom_resnet_parse(const char *name, loom_resnet_arch *out);
+LOOM_API const char *loom_resnet_arch_name(loom_resnet_arch arch);
+/* The network: forward takes [N, in_channels, H, W] (any H, W the stem
+ * can reduce) and returns logits [N, num_classes]. Under a mixed precision
+ * policy the input is cast to the compute dtype once, together with the
+ * memory-format conversion. opt NULL: defaults. */
+LOOM_API loom_module *loom_resnet_new(loom_resnet_arch arch, const loom_resnet_options *opt, loom_device dev);
+/* Change the memory format the network converts its input to. */
+LOOM_API loom_status loom_resnet_set_memory_format(loom_module *resnet, loom_memory_format f);
+
+/* Split m's parameters for weight decay, depth first: decay gets the
+ * weights of convolutions and linear layers, no_decay the parameters of
+ * batch norms and every bias. Each array needs room for
+ * loom_module_num_params(m) tensors (borrowed). */
+LOOM_API loom_status loom_module_split_decay(const loom_module *m, loom_tensor **decay, int *n_decay,
+                                             loom_tensor **no_decay, int *n_no_decay);
 
 LOOM_API loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x);
 /* "Linear(784, 1024, relu)", "Sequential[3]", ... */

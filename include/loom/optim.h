@@ -1,9 +1,20 @@
-/* optim.h — optimizers (SGD, AdamW) and learning-rate schedules.
+/* optim.h — optimizers (SGD, AdamW), parameter groups and learning-rate
+ * schedules.
  *
  * An optimizer holds borrowed parameter tensors (they must outlive it) and
  * its own state. step() updates every parameter that has a gradient, in
  * place, without recording autograd. Options structs carry their size so
  * they can grow: fill them from the *_defaults() functions.
+ *
+ * Parameter groups (as PyTorch's param_groups): the parameters given at
+ * creation are group 0, with the options' lr and weight_decay; more groups
+ * are appended with loom_optimizer_add_param_group, each with its own lr and
+ * weight_decay (the other hyper-parameters are the optimizer's). Each group
+ * is one fused update per step. loom_optimizer_set_lr sets every group's lr
+ * (what a schedule does); loom_optimizer_set_group_lr sets one.
+ * loom_sgd_new_for_module / loom_adamw_new_for_module make the usual two
+ * groups from a model: weights with weight decay, and BatchNorm parameters
+ * and biases without it.
  *
  * Threads: an optimizer is used by one thread at a time. */
 #ifndef LOOM_OPTIM_H
@@ -39,32 +50,74 @@ LOOM_API loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const
 LOOM_API loom_status loom_optimizer_step(loom_optimizer *o);
 /* Drop every parameter's gradient. */
 LOOM_API loom_status loom_optimizer_zero_grad(loom_optimizer *o);
+/* Set every group's lr; get_lr returns group 0's. */
 LOOM_API void loom_optimizer_set_lr(loom_optimizer *o, double lr);
 LOOM_API double loom_optimizer_get_lr(const loom_optimizer *o);
 LOOM_API int64_t loom_optimizer_steps(const loom_optimizer *o);
 LOOM_API void loom_optimizer_free(loom_optimizer *o);
+
+/* ---- parameter groups ------------------------------------------------------ */
+typedef struct loom_param_group_options {
+  uint32_t size;          /* sizeof(loom_param_group_options) */
+  double lr;              /* NAN (the default): group 0's current lr */
+  double weight_decay;    /* NAN (the default): the optimizer's weight_decay option */
+} loom_param_group_options;
+
+LOOM_API loom_param_group_options loom_param_group_defaults(void);
+/* Append a group of n parameters (f32 leaves on the optimizer's device, none
+ * already in the optimizer); opt NULL: defaults. Their state starts empty, as
+ * for parameters that never had a gradient. */
+LOOM_API loom_status loom_optimizer_add_param_group(loom_optimizer *o, loom_tensor *const *params, int n,
+                                                    const loom_param_group_options *opt);
+LOOM_API int loom_optimizer_num_groups(const loom_optimizer *o);
+/* Number of parameters in group g (0 if g is out of range). */
+LOOM_API int loom_optimizer_group_num_params(const loom_optimizer *o, int g);
+LOOM_API loom_status loom_optimizer_set_group_lr(loom_optimizer *o, int g, double lr);
+LOOM_API double loom_optimizer_get_group_lr(const loom_optimizer *o, int g);          /* NAN if g is out of range */
+LOOM_API loom_status loom_optimizer_set_group_weight_decay(loom_optimizer *o, int g, double weight_decay);
+LOOM_API double loom_optimizer_get_group_weight_decay(const loom_optimizer *o, int g); /* NAN if g is out of range */
+
+/* Two groups from a model's parameters (loom_module_split_decay): group 0
+ * the weights of convolutions and linear layers, with opt's weight_decay;
+ * group 1 BatchNorm weights and biases and every bias, with weight decay 0
+ * (left out when empty). NULL + error on failure. */
+typedef struct loom_module loom_module;
+LOOM_API loom_optimizer *loom_sgd_new_for_module(const loom_module *m, const loom_sgd_options *opt);
+LOOM_API loom_optimizer *loom_adamw_new_for_module(const loom_module *m, const loom_adamw_options *opt);
 
 /* Append-only. */
 typedef enum loom_lr_kind {
   LOOM_LR_CONSTANT = 0,
   LOOM_LR_STEP = 1,         /* base * gamma^(floor(step / step_size)) */
   LOOM_LR_COSINE = 2,       /* linear warm-up, then cosine from base to min_lr */
+  LOOM_LR_ONE_CYCLE = 3,    /* PyTorch's OneCycleLR (cos): warm-up from base/div_factor up to base,
+                               then down to base/(div_factor*final_div_factor) at total_steps - 1 */
 } loom_lr_kind;
 
 typedef struct loom_lr_schedule {
   uint32_t size;            /* sizeof(loom_lr_schedule) */
   int32_t kind;             /* loom_lr_kind */
   double base_lr;
-  int64_t warmup_steps;     /* all kinds: linear ramp from 0 to base over warmup */
+  int64_t warmup_steps;     /* CONSTANT, STEP, COSINE: linear ramp from 0 to base over warmup;
+                               ONE_CYCLE: the first phase of the cycle */
   int64_t step_size;        /* STEP */
   double gamma;             /* STEP */
-  int64_t total_steps;      /* COSINE */
+  int64_t total_steps;      /* COSINE, ONE_CYCLE */
   double min_lr;            /* COSINE */
+  double div_factor;        /* ONE_CYCLE: initial lr = base / div_factor (25) */
+  double final_div_factor;  /* ONE_CYCLE: final lr = initial / final_div_factor (1e4) */
 } loom_lr_schedule;
 
 LOOM_API loom_lr_schedule loom_lr_constant(double lr);
 LOOM_API loom_lr_schedule loom_lr_step(double lr, int64_t step_size, double gamma);
 LOOM_API loom_lr_schedule loom_lr_cosine(double lr, int64_t warmup_steps, int64_t total_steps, double min_lr);
+/* One cycle over total_steps with max_lr as base_lr: its warm-up takes
+ * warmup_steps (PyTorch's pct_start * total_steps) and is part of the cycle
+ * (cosine-shaped, not the linear ramp of the other kinds). Same values as
+ * torch.optim.lr_scheduler.OneCycleLR(max_lr, total_steps, pct_start,
+ * anneal_strategy='cos', div_factor, final_div_factor) at each step. */
+LOOM_API loom_lr_schedule loom_lr_one_cycle(double max_lr, int64_t warmup_steps, int64_t total_steps,
+                                            double div_factor, double final_div_factor);
 /* The learning rate for step (0-based). */
 LOOM_API double loom_lr_at(const loom_lr_schedule *s, int64_t step);
 

@@ -22,6 +22,8 @@ typedef struct loom_amp_policy {
 /* The Linear forward under a policy (called by lib/nn/linear.c). */
 struct loom_module;
 loom_tensor *loom_amp_linear_forward(struct loom_module *m, loom_tensor *x);
+/* The same for Conv2d (lib/nn/conv2d.c). */
+loom_tensor *loom_amp_conv2d_forward(struct loom_module *m, loom_tensor *x);
 
 /* The copy linked to master (borrowed) or NULL. */
 loom_tensor *loom_amp_copy_of(const loom_tensor *master);

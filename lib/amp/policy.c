@@ -1,6 +1,8 @@
-/* policy.c — the precision policy of a model: which Linear layers compute in
- * f16/bf16, their low-precision weight copies (linked to the f32 masters),
- * and the Linear forward under a policy, which inserts the casts.
+/* policy.c — the precision policy of a model: which Linear and Conv2d layers
+ * compute in f16/bf16, their low-precision weight copies (linked to the f32
+ * masters), and the Linear / Conv2d forwards under a policy, which insert the
+ * casts. Everything else (batch norm's parameters and statistics, losses)
+ * stays f32.
  *
  * The copy of a master is an f16/bf16 leaf tensor that requires grad, so the
  * tape sends the GEMM's low-precision gradient there; it is owned by the
@@ -115,10 +117,12 @@ static loom_status apply(loom_module *m, loom_precision p, bool keep_last, const
     if (!pol) return loom_set_error(LOOM_ERR_OOM, "set_precision: out of host memory");
     m->policy = pol;
     *pol = (loom_amp_policy){p, keep_last, fp32_layer};
-    /* Only Linear layers compute with their parameters here; a kept-f32
-     * layer uses its masters directly. */
+    /* Only Linear and Conv2d layers compute with low-precision copies of
+     * their parameters (BatchNorm keeps f32 ones); a kept-f32 layer uses its
+     * masters directly. */
+    bool lowp = (m->kind == LOOM_MOD_LINEAR || m->kind == LOOM_MOD_CONV2D) && !fp32_layer;
     for (int i = 0; i < m->n_params; i++) {
-      if (m->kind != LOOM_MOD_LINEAR || fp32_layer) drop_copy(m->params[i]);
+      if (!lowp) drop_copy(m->params[i]);
       else LOOM_TRY(ensure_copy(m->params[i], loom_precision_compute_dtype(p)));
     }
   }
@@ -158,20 +162,38 @@ loom_status loom_module_refresh_lowp(loom_module *m) {
 
 /* ---- the Linear forward under a policy ---------------------------------------- */
 
-loom_tensor *loom_amp_linear_forward(loom_module *m, loom_tensor *x) {
+/* The weight and bias a Linear / Conv2d computes with under its policy, the
+ * compute dtype, and x cast to it. NULL x on failure. */
+static loom_tensor *policy_operands(loom_module *m, loom_tensor *x, loom_tensor **w, loom_tensor **b) {
   const loom_amp_policy *pol = m->policy;
   loom_dtype cdt = pol->fp32_layer ? LOOM_F32 : loom_precision_compute_dtype(pol->precision);
-  loom_tensor *w = m->params[0], *b = m->n_params > 1 ? m->params[1] : NULL;
+  *w = m->params[0];
+  *b = m->n_params > 1 ? m->params[1] : NULL;
   if (cdt != LOOM_F32) {
-    w = loom_amp_copy_of(m->params[0]);
-    b = b ? loom_amp_copy_of(b) : NULL;
-    if (!w || (m->n_params > 1 && !b)) {
+    *w = loom_amp_copy_of(m->params[0]);
+    *b = *b ? loom_amp_copy_of(*b) : NULL;
+    if (!*w || (m->n_params > 1 && !*b)) {
       loom_set_error(LOOM_ERR_STATE, "%s: the %s weight copies are missing; call loom_module_set_precision again",
                      m->name, loom_dtype_name(cdt));
       return NULL;
     }
   }
-  /* The cast is an op, so its backward casts the gradient back. */
-  loom_tensor *xc = x->dtype == cdt ? x : loom_cast(x, cdt);
-  return loom_linear(xc, w, b, m->act);
+  /* The cast is an op, so its backward casts the gradient back. Inside a
+   * model whose input was cast once, x already has the compute dtype. */
+  return x->dtype == cdt ? x : loom_cast(x, cdt);
+}
+
+loom_tensor *loom_amp_linear_forward(loom_module *m, loom_tensor *x) {
+  loom_tensor *w, *b;
+  loom_tensor *xc = policy_operands(m, x, &w, &b);
+  return xc ? loom_linear(xc, w, b, m->act) : NULL;
+}
+
+loom_tensor *loom_amp_conv2d_forward(loom_module *m, loom_tensor *x) {
+  loom_tensor *w, *b;
+  loom_tensor *xc = policy_operands(m, x, &w, &b);
+  if (!xc) return NULL;
+  loom_conv2d_options o = ((loom_conv2d_impl *)m->impl)->opt;
+  o.act = m->act;
+  return loom_conv2d(xc, w, b, &o);
 }

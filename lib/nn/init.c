@@ -1,5 +1,6 @@
-/* init.c — parameter initializers (Kaiming, Xavier, PyTorch's Linear
- * default), drawn from the global Philox generator. */
+/* init.c — parameter initializers (Kaiming by fan-in or fan-out, Xavier,
+ * PyTorch's Linear/Conv default, constants), drawn from the global Philox
+ * generator. */
 #include <math.h>
 
 #include "loom/autograd.h"
@@ -18,6 +19,9 @@ loom_status loom_init_(loom_tensor *t, loom_init kind, int64_t fan_in, int64_t f
     case LOOM_INIT_KAIMING_NORMAL: normal = 1; bound = sqrt(2.0 / (double)fan_in); break;
     case LOOM_INIT_XAVIER_UNIFORM: bound = sqrt(6.0 / (double)(fan_in + fan_out)); break;
     case LOOM_INIT_XAVIER_NORMAL: normal = 1; bound = sqrt(2.0 / (double)(fan_in + fan_out)); break;
+    case LOOM_INIT_KAIMING_NORMAL_FAN_OUT: normal = 1; bound = sqrt(2.0 / (double)fan_out); break;
+    case LOOM_INIT_ZEROS: return loom_fill_(t, 0.0);
+    case LOOM_INIT_ONES: return loom_fill_(t, 1.0);
     default: return loom_set_error(LOOM_ERR_INVALID_ARG, "init: unknown initializer %d", (int)kind);
   }
   bool prev = loom_set_grad_enabled(false);

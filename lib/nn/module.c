@@ -1,5 +1,6 @@
 /* module.c — the generic module: forward dispatch, owned parameters, buffers
  * and children with PyTorch-style dotted names, train/eval mode, free. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,19 @@ loom_status loom_module_add_child(loom_module *m, const char *name, loom_module 
   return LOOM_OK;
 }
 
+void loom_module_set_name(loom_module *m, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->name, sizeof m->name, fmt, ap);
+  va_end(ap);
+}
+
+loom_module *loom_module_find_child(const loom_module *m, const char *name) {
+  for (int i = 0; m && name && i < m->n_children; i++)
+    if (!strcmp(m->child_names[i], name)) return m->children[i];
+  return NULL;
+}
+
 loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x) {
   if (!m) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "module_forward: module is NULL");
@@ -183,6 +197,27 @@ loom_tensor *loom_module_buffer(const loom_module *m, int i) {
 
 const char *loom_module_buffer_name(const loom_module *m, int i, char *buf, size_t n) {
   return name_of(m, WALK_BUFFERS, i, buf, n);
+}
+
+/* ---- weight-decay split ------------------------------------------------------ */
+
+static void split(const loom_module *m, loom_tensor **d, int *nd, loom_tensor **nod, int *nnod) {
+  for (int i = 0; i < m->n_params; i++) {
+    /* Norm layers' scale/shift and every bias: decaying them only hurts. */
+    bool no_decay = m->kind == LOOM_MOD_BATCHNORM2D || !strcmp(m->param_names[i], "bias");
+    if (no_decay) nod[(*nnod)++] = m->params[i];
+    else d[(*nd)++] = m->params[i];
+  }
+  for (int c = 0; c < m->n_children; c++) split(m->children[c], d, nd, nod, nnod);
+}
+
+loom_status loom_module_split_decay(const loom_module *m, loom_tensor **decay, int *n_decay, loom_tensor **no_decay,
+                                    int *n_no_decay) {
+  if (!m || !decay || !n_decay || !no_decay || !n_no_decay)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "module_split_decay: NULL argument");
+  *n_decay = *n_no_decay = 0;
+  split(m, decay, n_decay, no_decay, n_no_decay);
+  return LOOM_OK;
 }
 
 int64_t loom_module_num_param_elements(const loom_module *m) {

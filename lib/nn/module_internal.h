@@ -6,7 +6,22 @@
 #include "loom/nn.h"
 #include "tensor/tensor_internal.h"
 
-enum { LOOM_MOD_LINEAR = 1, LOOM_MOD_RELU = 2, LOOM_MOD_SEQUENTIAL = 3 };
+enum {
+  LOOM_MOD_LINEAR = 1,
+  LOOM_MOD_RELU = 2,
+  LOOM_MOD_SEQUENTIAL = 3,
+  /* convolutional networks (lib/nn/conv2d.c, batch_norm.c, pool.c, dropout.c, flatten.c, resnet*.c) */
+  LOOM_MOD_CONV2D = 4,
+  LOOM_MOD_BATCHNORM2D = 5,
+  LOOM_MOD_MAXPOOL2D = 6,
+  LOOM_MOD_AVGPOOL2D = 7,
+  LOOM_MOD_ADAPTIVE_AVGPOOL2D = 8,
+  LOOM_MOD_DROPOUT = 9,
+  LOOM_MOD_FLATTEN = 10,
+  LOOM_MOD_BASIC_BLOCK = 11,
+  LOOM_MOD_BOTTLENECK = 12,
+  LOOM_MOD_RESNET = 13,
+};
 
 #define LOOM_MODULE_NAME_MAX 32  /* a parameter's, buffer's or child's own (local) name */
 
@@ -29,9 +44,9 @@ struct loom_module {
   char (*child_names)[LOOM_MODULE_NAME_MAX];  /* "" = the child's index (Sequential) */
   int n_children, cap_children;
   void *impl;             /* owned by the module kind (freed by destroy) */
-  /* Linear */
+  /* Linear (features), Conv2d (channels) */
   int64_t in_features, out_features;
-  loom_activation act;
+  loom_activation act;    /* fused activation: Linear, Conv2d, BatchNorm2d */
   /* Precision policy hook (lib/amp): NULL = fp32. */
   void *policy;
 };
@@ -45,5 +60,17 @@ loom_status loom_module_add_buffer(loom_module *m, const char *name, loom_tensor
 /* Append an owned child; name NULL or "" names it by its index. The module
  * takes ownership of child, also on failure. */
 loom_status loom_module_add_child(loom_module *m, const char *name, loom_module *child);
+/* Set m->name from a format (cut to fit, as display names may be). */
+void loom_module_set_name(loom_module *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Child by local name (borrowed), or NULL. */
+loom_module *loom_module_find_child(const loom_module *m, const char *name);
+
+/* Conv2d's own state (impl): the convolution's geometry. */
+typedef struct loom_conv2d_impl {
+  loom_conv2d_options opt;  /* act is m->act */
+} loom_conv2d_impl;
+/* Refresh a Conv2d's / BatchNorm2d's name after its activation changed. */
+void loom_conv2d_name(loom_module *m);
+void loom_batch_norm2d_name(loom_module *m);
 
 #endif

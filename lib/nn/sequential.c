@@ -1,5 +1,6 @@
-/* sequential.c — Sequential containers (with automatic Linear→ReLU fusion)
- * and the MLP builder. */
+/* sequential.c — Sequential containers (with automatic fusion of a ReLU into
+ * the Linear, Conv2d or BatchNorm2d before it), the activation setter those
+ * layers share, and the MLP builder. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -22,17 +23,32 @@ loom_status loom_sequential_add(loom_module *seq, loom_module *child) {
     return loom_set_error(LOOM_ERR_INVALID_ARG, "sequential_add: not a Sequential module");
   }
   if (!child) return loom_last_status() != LOOM_OK ? loom_last_status() : loom_set_error(LOOM_ERR_NULL_INPUT, "sequential_add: child is NULL");
-  /* Linear followed by ReLU: one fused op. */
+  /* Linear / Conv2d / BatchNorm2d followed by ReLU: one fused op. */
   if (child->kind == LOOM_MOD_RELU && seq->n_children > 0) {
     loom_module *prev = seq->children[seq->n_children - 1];
-    if (prev->kind == LOOM_MOD_LINEAR && prev->act == LOOM_ACT_NONE) {
+    bool fusable = prev->kind == LOOM_MOD_LINEAR || prev->kind == LOOM_MOD_CONV2D || prev->kind == LOOM_MOD_BATCHNORM2D;
+    if (fusable && prev->act == LOOM_ACT_NONE) {
       loom_module_free(child);
-      return loom_linear_set_activation(prev, LOOM_ACT_RELU);
+      return loom_module_set_activation(prev, LOOM_ACT_RELU);
     }
   }
   loom_status st = loom_module_add_child(seq, NULL, child);
   if (st != LOOM_OK) return st;
   snprintf(seq->name, sizeof seq->name, "Sequential[%d]", seq->n_children);
+  return LOOM_OK;
+}
+
+loom_status loom_module_set_activation(loom_module *m, loom_activation act) {
+  if (!m) return loom_set_error(LOOM_ERR_INVALID_ARG, "module_set_activation: module is NULL");
+  if (m->kind == LOOM_MOD_LINEAR) return loom_linear_set_activation(m, act);
+  if (m->kind != LOOM_MOD_CONV2D && m->kind != LOOM_MOD_BATCHNORM2D)
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "module_set_activation: %s has no fused activation (Linear, Conv2d and BatchNorm2d do)", m->name);
+  if (act != LOOM_ACT_NONE && act != LOOM_ACT_RELU)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "module_set_activation: unknown activation %d", (int)act);
+  m->act = act;
+  if (m->kind == LOOM_MOD_CONV2D) loom_conv2d_name(m);
+  else loom_batch_norm2d_name(m);
   return LOOM_OK;
 }
 

@@ -8,6 +8,16 @@
 
 enum { LOOM_OPTIM_SGD = 1, LOOM_OPTIM_ADAMW = 2 };
 
+/* A parameter group: params[first .. first + n) of the optimizer (groups are
+ * consecutive and in order, group 0 starting at 0), with its own lr and
+ * weight decay; every other hyper-parameter is the optimizer's (sgd/adamw
+ * below). Checkpoints save and restore these fields as they are. */
+typedef struct loom_optim_group {
+  int first, n;
+  double lr;
+  double weight_decay;
+} loom_optim_group;
+
 struct loom_optimizer {
   int kind;
   int n;
@@ -15,7 +25,7 @@ struct loom_optimizer {
   loom_tensor **params;   /* borrowed */
   loom_tensor **buf1;     /* owned state: momentum / exp_avg */
   loom_tensor **buf2;     /* owned state: exp_avg_sq */
-  double lr;
+  double lr;              /* group 0's lr (kept equal to groups[0].lr) */
   int64_t steps;           /* step() calls that updated something */
   int64_t *param_steps;    /* updates applied to each parameter */
   /* Per-step group arrays, allocated once (an optimizer is driven by one
@@ -29,13 +39,18 @@ struct loom_optimizer {
   } scratch;
   loom_sgd_options sgd;
   loom_adamw_options adamw;
+  loom_optim_group *groups;  /* n_groups >= 1 */
+  int n_groups;
+  int cap;                   /* room in the per-parameter arrays */
 };
 
 /* Gather the parameters that have gradients into g (arrays of o->n). */
 /* idx[k] receives the parameter index of entry k. */
 loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
                                       float **b2, int64_t *numel, int *idx);
-/* One fused update of g, whose parameters have all had prior_steps updates. */
-loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps);
+/* One fused update of g (parameters of group grp), whose parameters have all
+ * had prior_steps updates. */
+loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps,
+                                      const loom_optim_group *grp);
 
 #endif

@@ -1,5 +1,6 @@
-/* optimizer.c — SGD and AdamW over a list of f32 parameters. Each step is
- * one fused multi-tensor update per device (lib/optim/optim_kernels.h). */
+/* optimizer.c — SGD and AdamW over parameter groups of f32 parameters. Each
+ * step is one fused multi-tensor update per group (lib/optim/optim_kernels.h),
+ * with the group's lr and weight decay. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,65 +20,119 @@ loom_adamw_options loom_adamw_defaults(void) {
   return o;
 }
 
-static loom_optimizer *opt_new(loom_tensor *const *params, int n, int kind, int nbufs) {
-  if (!params || n <= 0) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer: needs at least one parameter (got %d)", n);
-    return NULL;
-  }
+loom_param_group_options loom_param_group_defaults(void) {
+  loom_param_group_options o = {sizeof(loom_param_group_options), NAN, NAN};
+  return o;
+}
+
+/* Every parameter a group may hold: a contiguous f32 leaf on dev, not
+ * already among the first `have` parameters of o (o may be NULL). */
+static loom_status check_params(const char *who, const loom_optimizer *o, int have, loom_tensor *const *params, int n,
+                                loom_device dev) {
+  if (!params || n <= 0) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: needs at least one parameter (got %d)", who, n);
   for (int i = 0; i < n; i++) {
     loom_tensor *p = params[i];
-    if (!p) {
-      loom_set_error(LOOM_ERR_NULL_INPUT, "optimizer: parameter %d is NULL", i);
-      return NULL;
-    }
-    if (p->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p) || p->grad_fn) {
-      loom_set_error(LOOM_ERR_INVALID_ARG,
-                     "optimizer: parameter %d must be a contiguous f32 leaf tensor (master weights are f32; got %s%s)", i,
-                     loom_dtype_name(p->dtype), p->grad_fn ? ", non-leaf" : "");
-      return NULL;
-    }
-    if (!loom_device_eq(p->storage->device, params[0]->storage->device)) {
-      loom_set_error(LOOM_ERR_DEVICE, "optimizer: parameter %d is on another device than parameter 0", i);
-      return NULL;
-    }
+    if (!p) return loom_set_error(LOOM_ERR_NULL_INPUT, "%s: parameter %d is NULL", who, i);
+    if (p->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p) || p->grad_fn)
+      return loom_set_error(LOOM_ERR_INVALID_ARG,
+                            "%s: parameter %d must be a contiguous f32 leaf tensor (master weights are f32; got %s%s)",
+                            who, i, loom_dtype_name(p->dtype), p->grad_fn ? ", non-leaf" : "");
+    if (!loom_device_eq(p->storage->device, dev))
+      return loom_set_error(LOOM_ERR_DEVICE, "%s: parameter %d is on another device than the optimizer's parameters",
+                            who, i);
+    for (int j = 0; j < i; j++)
+      if (params[j] == p) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: parameter %d is given twice (also %d)", who, i, j);
+    for (int j = 0; o && j < have; j++)
+      if (o->params[j] == p)
+        return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: parameter %d is already in the optimizer (parameter %d)", who, i,
+                              j);
   }
-  loom_optimizer *o = calloc(1, sizeof *o);
-  if (!o) goto oom;
-  o->kind = kind;
-  o->n = n;
-  o->device = params[0]->storage->device;
-  o->params = calloc((size_t)n, sizeof *o->params);
-  o->buf1 = calloc((size_t)n, sizeof *o->buf1);
-  o->buf2 = calloc((size_t)n, sizeof *o->buf2);
-  o->param_steps = calloc((size_t)n, sizeof *o->param_steps);
-  o->scratch.pp = calloc((size_t)n, sizeof *o->scratch.pp);
-  o->scratch.b1 = calloc((size_t)n, sizeof *o->scratch.b1);
-  o->scratch.b2 = calloc((size_t)n, sizeof *o->scratch.b2);
-  o->scratch.gp = calloc((size_t)n, sizeof *o->scratch.gp);
-  o->scratch.numel = calloc((size_t)n, sizeof *o->scratch.numel);
-  o->scratch.lowp = calloc((size_t)n, sizeof *o->scratch.lowp);
-  o->scratch.idx = calloc((size_t)n, sizeof *o->scratch.idx);
-  if (!o->params || !o->buf1 || !o->buf2 || !o->param_steps || !o->scratch.pp || !o->scratch.b1 || !o->scratch.b2 ||
-      !o->scratch.gp || !o->scratch.numel || !o->scratch.lowp || !o->scratch.idx)
-    goto oom;
+  return LOOM_OK;
+}
+
+/* Room for `need` parameters in every per-parameter array. */
+static loom_status reserve(loom_optimizer *o, int need) {
+  if (need <= o->cap) return LOOM_OK;
+  int cap = o->cap ? o->cap : 8;
+  while (cap < need) cap *= 2;
+#define GROW(field)                                                                  \
+  do {                                                                               \
+    void *np_ = realloc((void *)o->field, (size_t)cap * sizeof *o->field);           \
+    if (!np_) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");   \
+    o->field = np_;                                                                  \
+  } while (0)
+  GROW(params);
+  GROW(buf1);
+  GROW(buf2);
+  GROW(param_steps);
+  GROW(scratch.pp);
+  GROW(scratch.b1);
+  GROW(scratch.b2);
+  GROW(scratch.gp);
+  GROW(scratch.numel);
+  GROW(scratch.lowp);
+  GROW(scratch.idx);
+#undef GROW
+  o->cap = cap;
+  return LOOM_OK;
+}
+
+/* Append params as a new group (state zeroed). On failure o is unchanged. */
+static loom_status append_group(loom_optimizer *o, loom_tensor *const *params, int n, double lr, double wd) {
+  LOOM_TRY(reserve(o, o->n + n));
+  loom_optim_group *ng = realloc(o->groups, (size_t)(o->n_groups + 1) * sizeof *ng);
+  if (!ng) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
+  o->groups = ng;
+  int nbufs = o->kind == LOOM_OPTIM_ADAMW ? 2 : o->sgd.momentum > 0 ? 1 : 0;
   for (int i = 0; i < n; i++) {
-    o->params[i] = params[i];
+    int k = o->n + i;
+    o->params[k] = params[i];
+    o->buf1[k] = o->buf2[k] = NULL;
+    o->param_steps[k] = 0;
     for (int b = 0; b < nbufs; b++) {
       loom_tensor *t = loom_tensor_alloc_raw(params[i]->ndim, params[i]->shape, LOOM_F32, o->device);
       if (!t || loom_fill_(t, 0.0) != LOOM_OK) {
+        loom_status st = loom_last_status();
         loom_tensor_release(t);
-        loom_optimizer_free(o);
-        return NULL;
+        for (int j = o->n; j <= k; j++) {
+          loom_tensor_release(o->buf1[j]);
+          loom_tensor_release(o->buf2[j]);
+          o->buf1[j] = o->buf2[j] = NULL;
+        }
+        return st;
       }
-      if (b == 0) o->buf1[i] = t;
-      else o->buf2[i] = t;
+      if (b == 0) o->buf1[k] = t;
+      else o->buf2[k] = t;
     }
   }
+  o->groups[o->n_groups++] = (loom_optim_group){o->n, n, lr, wd};
+  o->n += n;
+  return LOOM_OK;
+}
+
+static loom_optimizer *opt_new(loom_tensor *const *params, int n, int kind, double lr, double wd) {
+  if (check_params("optimizer", NULL, 0, params, n, params && n > 0 && params[0] ? params[0]->storage->device : loom_cpu()) !=
+      LOOM_OK)
+    return NULL;
+  loom_optimizer *o = calloc(1, sizeof *o);
+  if (!o) {
+    loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
+    return NULL;
+  }
+  o->kind = kind;
+  o->device = params[0]->storage->device;
+  o->lr = lr;
   return o;
-oom:
-  loom_optimizer_free(o);
-  loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
-  return NULL;
+}
+
+/* The creation group, after the options are in place (they say which state
+ * buffers SGD needs). */
+static loom_optimizer *opt_first_group(loom_optimizer *o, loom_tensor *const *params, int n, double lr, double wd) {
+  if (o && append_group(o, params, n, lr, wd) != LOOM_OK) {
+    loom_optimizer_free(o);
+    return NULL;
+  }
+  return o;
 }
 
 loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_options *opt) {
@@ -102,12 +157,9 @@ loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_o
     loom_set_error(LOOM_ERR_INVALID_ARG, "sgd: nesterov needs momentum > 0 and dampening == 0");
     return NULL;
   }
-  loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_SGD, o.momentum > 0 ? 1 : 0);
-  if (r) {
-    r->sgd = o;
-    r->lr = o.lr;
-  }
-  return r;
+  loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_SGD, o.lr, o.weight_decay);
+  if (r) r->sgd = o;
+  return opt_first_group(r, params, n, o.lr, o.weight_decay);
 }
 
 loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_adamw_options *opt) {
@@ -127,12 +179,9 @@ loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_ada
                    o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
     return NULL;
   }
-  loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_ADAMW, 2);
-  if (r) {
-    r->adamw = o;
-    r->lr = o.lr;
-  }
-  return r;
+  loom_optimizer *r = opt_new(params, n, LOOM_OPTIM_ADAMW, o.lr, o.weight_decay);
+  if (r) r->adamw = o;
+  return opt_first_group(r, params, n, o.lr, o.weight_decay);
 }
 
 loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
@@ -162,10 +211,11 @@ loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, fl
   return LOOM_OK;
 }
 
-loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps) {
+loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps,
+                                      const loom_optim_group *grp) {
   loom_status st;
   if (o->kind == LOOM_OPTIM_SGD) {
-    loom_sgd_hparams h = {(float)o->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)o->sgd.weight_decay,
+    loom_sgd_hparams h = {(float)grp->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)grp->weight_decay,
                           o->sgd.nesterov, prior_steps == 0};
     if (o->sgd.momentum <= 0) g->buf1 = NULL;
 #ifdef LOOM_HAVE_CUDA
@@ -175,8 +225,8 @@ loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, in
       st = loom_cpu_sgd_step(g, &h);
   } else {
     double t = (double)(prior_steps + 1);
-    loom_adamw_hparams h = {(float)o->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
-                            (float)o->adamw.weight_decay, (float)(1.0 - pow(o->adamw.beta1, t)),
+    loom_adamw_hparams h = {(float)grp->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
+                            (float)grp->weight_decay, (float)(1.0 - pow(o->adamw.beta1, t)),
                             (float)(1.0 - pow(o->adamw.beta2, t))};
 #ifdef LOOM_HAVE_CUDA
     if (o->device.kind == LOOM_CUDA) st = loom_cuda_adamw_step(o->device, g, &h);
@@ -190,10 +240,10 @@ loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, in
 /* Parameters keep their own update counts, as in PyTorch: one that first
  * gets a gradient late starts its momentum and bias correction then. In the
  * usual case every parameter has the same count and this is one fused call. */
-static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const int *idx) {
+static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const int *idx, const loom_optim_group *grp) {
   bool uniform = true;
   for (int j = 1; j < g->n; j++) uniform = uniform && o->param_steps[idx[j]] == o->param_steps[idx[0]];
-  if (uniform) return g->n ? loom_optimizer_step_group(o, g, o->param_steps[idx[0]]) : LOOM_OK;
+  if (uniform) return g->n ? loom_optimizer_step_group(o, g, o->param_steps[idx[0]], grp) : LOOM_OK;
   int n = g->n;
   size_t ptrs = (size_t)n * sizeof(void *);
   float **pp = malloc(ptrs), **b1 = malloc(ptrs), **b2 = malloc(ptrs);
@@ -221,7 +271,7 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
       sub.n++;
       done[j] = true;
     }
-    st = loom_optimizer_step_group(o, &sub, c);
+    st = loom_optimizer_step_group(o, &sub, c, grp);
   }
   free(pp), free(b1), free(b2), free(gp), free(lp), free(numel), free(done);
   return st;
@@ -238,7 +288,18 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
     st = loom_optimizer_fill_group(o, &g, o->scratch.pp, o->scratch.gp, o->scratch.b1, o->scratch.b2, o->scratch.numel,
                                    idx);
   if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, o->scratch.lowp);
-  if (st == LOOM_OK) st = step_by_count(o, &g, idx);
+  /* The gathered entries are in parameter order, so each group's are a run. */
+  for (int gi = 0, k0 = 0; st == LOOM_OK && gi < o->n_groups; gi++) {
+    const loom_optim_group *grp = &o->groups[gi];
+    int k1 = k0;
+    while (k1 < g.n && idx[k1] < grp->first + grp->n) k1++;
+    loom_param_group sub = g;
+    sub.n = k1 - k0;
+    sub.param = g.param + k0, sub.grad = g.grad + k0, sub.buf1 = g.buf1 + k0, sub.buf2 = g.buf2 + k0;
+    sub.numel = g.numel + k0, sub.lowp = g.lowp ? g.lowp + k0 : NULL;
+    st = step_by_count(o, &sub, idx + k0, grp);
+    k0 = k1;
+  }
   if (st == LOOM_OK) {
     for (int j = 0; j < g.n; j++) {
       loom_tensor *p = o->params[idx[j]];
@@ -259,9 +320,72 @@ loom_status loom_optimizer_zero_grad(loom_optimizer *o) {
 }
 
 void loom_optimizer_set_lr(loom_optimizer *o, double lr) {
-  if (o) o->lr = lr;
+  if (!o) return;
+  o->lr = lr;
+  for (int g = 0; g < o->n_groups; g++) o->groups[g].lr = lr;
 }
 double loom_optimizer_get_lr(const loom_optimizer *o) { return o ? o->lr : 0.0; }
+
+/* ---- parameter groups ------------------------------------------------------ */
+
+loom_status loom_optimizer_add_param_group(loom_optimizer *o, loom_tensor *const *params, int n,
+                                           const loom_param_group_options *opt) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_add_param_group: optimizer is NULL");
+  loom_param_group_options g = loom_param_group_defaults();
+  if (opt) {
+    if (opt->size < sizeof(uint32_t) || opt->size > sizeof g)
+      return loom_set_error(LOOM_ERR_INVALID_ARG,
+                            "optimizer_add_param_group: options.size is %u; fill options from loom_param_group_defaults()",
+                            opt->size);
+    memcpy(&g, opt, opt->size);
+  }
+  double lr = isnan(g.lr) ? o->lr : g.lr;
+  double wd = isnan(g.weight_decay) ? (o->kind == LOOM_OPTIM_ADAMW ? o->adamw.weight_decay : o->sgd.weight_decay)
+                                    : g.weight_decay;
+  if (!(lr >= 0 && lr < INFINITY) || !(wd >= 0 && wd < INFINITY))
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "optimizer_add_param_group: lr and weight_decay must be finite and >= 0 (got lr %g, "
+                          "weight_decay %g)",
+                          lr, wd);
+  LOOM_TRY(check_params("optimizer_add_param_group", o, o->n, params, n, o->device));
+  return append_group(o, params, n, lr, wd);
+}
+
+int loom_optimizer_num_groups(const loom_optimizer *o) { return o ? o->n_groups : 0; }
+
+int loom_optimizer_group_num_params(const loom_optimizer *o, int g) {
+  return (o && g >= 0 && g < o->n_groups) ? o->groups[g].n : 0;
+}
+
+static loom_status check_group(const char *who, const loom_optimizer *o, int g, double v, const char *what) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: optimizer is NULL", who);
+  if (g < 0 || g >= o->n_groups)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: group %d does not exist (the optimizer has %d)", who, g, o->n_groups);
+  if (!(v >= 0 && v < INFINITY))
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: %s must be finite and >= 0 (got %g)", who, what, v);
+  return LOOM_OK;
+}
+
+loom_status loom_optimizer_set_group_lr(loom_optimizer *o, int g, double lr) {
+  LOOM_TRY(check_group("optimizer_set_group_lr", o, g, lr, "lr"));
+  o->groups[g].lr = lr;
+  if (g == 0) o->lr = lr;
+  return LOOM_OK;
+}
+
+double loom_optimizer_get_group_lr(const loom_optimizer *o, int g) {
+  return (o && g >= 0 && g < o->n_groups) ? o->groups[g].lr : NAN;
+}
+
+loom_status loom_optimizer_set_group_weight_decay(loom_optimizer *o, int g, double wd) {
+  LOOM_TRY(check_group("optimizer_set_group_weight_decay", o, g, wd, "weight_decay"));
+  o->groups[g].weight_decay = wd;
+  return LOOM_OK;
+}
+
+double loom_optimizer_get_group_weight_decay(const loom_optimizer *o, int g) {
+  return (o && g >= 0 && g < o->n_groups) ? o->groups[g].weight_decay : NAN;
+}
 int64_t loom_optimizer_steps(const loom_optimizer *o) { return o ? o->steps : 0; }
 
 void loom_optimizer_free(loom_optimizer *o) {
@@ -281,5 +405,6 @@ void loom_optimizer_free(loom_optimizer *o) {
   free(o->scratch.numel);
   free(o->scratch.lowp);
   free(o->scratch.idx);
+  free(o->groups);
   free(o);
 }
