@@ -29,6 +29,8 @@ typedef enum loom_op_id {
   LOOM_OP_COPY,            /* strided copy with dtype conversion (cast, contiguous) */
   /* Views: no kernel, only a backward rule (recorded by lib/tensor/views.c). */
   LOOM_OP_VIEW_RESHAPE, LOOM_OP_VIEW_PERMUTE, LOOM_OP_VIEW_SLICE, LOOM_OP_VIEW_EXPAND,
+  LOOM_OP_CONV2D,          /* conv2d (+ bias, + fused ReLU); lib/ops/conv_rules.c */
+  LOOM_OP_CONV2D_BACKWARD, /* dX, dW, db of conv2d in one op */
   LOOM_OP_COUNT
 } loom_op_id;
 
@@ -46,6 +48,7 @@ typedef struct loom_out_spec {
   int ndim;
   int64_t shape[LOOM_MAX_DIMS];
   loom_dtype dtype;
+  bool channels_last;  /* 4-D output allocated with NHWC strides (the dispatcher zeroes it) */
 } loom_out_spec;
 
 struct loom_node;

@@ -1,5 +1,6 @@
 /* op_table.c — the op table: name, shape rule, CPU kernel, CUDA kernel,
  * backward rule and what each op saves for backward. */
+#include "ops/conv.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/elementwise_math.h"
 #include "ops/grad_rules.h"
@@ -69,6 +70,9 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   [LOOM_OP_VIEW_PERMUTE] = {"permute", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_permute, 0, 0},
   [LOOM_OP_VIEW_SLICE] = {"slice", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_slice, 0, 0},
   [LOOM_OP_VIEW_EXPAND] = {"expand", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_expand, 0, 0},
+  /* conv2d: saves y for the fused ReLU's mask (y > 0). conv2d_backward: dx, dw, db (skipped ones NULL). */
+  [LOOM_OP_CONV2D] = {"conv2d", 2, 3, 1, loom_infer_conv2d, loom_cpu_conv2d, CUDA_K(loom_cuda_conv2d), loom_grad_conv2d, IN(0) | IN(1) | OUT0, 1},
+  [LOOM_OP_CONV2D_BACKWARD] = {"conv2d_backward", 3, 4, 3, loom_infer_conv2d_backward, loom_cpu_conv2d_backward, CUDA_K(loom_cuda_conv2d_backward), NULL, 0, 1},
 };
 
 const loom_op_def *loom_op_get(loom_op_id id) {

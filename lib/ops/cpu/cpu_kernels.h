@@ -17,5 +17,7 @@ loom_status loom_cpu_log_softmax(loom_op_args *a);
 loom_status loom_cpu_log_softmax_backward(loom_op_args *a);
 loom_status loom_cpu_cross_entropy(loom_op_args *a);
 loom_status loom_cpu_cross_entropy_backward(loom_op_args *a);
+loom_status loom_cpu_conv2d(loom_op_args *a);
+loom_status loom_cpu_conv2d_backward(loom_op_args *a);
 
 #endif
