@@ -308,6 +308,65 @@ DEVICE_TEST(conv2d, strided_view_input_and_empty_batch) {
   free(vx), free(vw), free(xv), free(want), free(g0);
 }
 
+/* dX, dW, db and y bit for bit the same with 1, 2 and 3 threads, on each
+ * CPU path (chunked partial sums, never per-thread ones). */
+static double *run_all(const conv_case *c, bool nhwc, int threads, int64_t *n_out) {
+  loom_set_num_threads(threads);
+  tk_seed(76);
+  int64_t sx[4] = {c->N, c->C, c->H, c->W}, sw[4] = {c->O, c->C / c->G, c->KH, c->KW};
+  loom_tensor *x = tk_rand_tensor(4, sx, -1, 1, 0, LOOM_F32, loom_cpu(), NULL);
+  loom_tensor *w = tk_rand_tensor(4, sw, -1, 1, 0, LOOM_F32, loom_cpu(), NULL);
+  loom_tensor *b = tk_rand_tensor(1, &c->O, -1, 1, 0, LOOM_F32, loom_cpu(), NULL);
+  loom_set_requires_grad(x, true), loom_set_requires_grad(w, true), loom_set_requires_grad(b, true);
+  loom_conv2d_options o = opts_of(c, true);
+  loom_tensor *y = loom_conv2d(nhwc ? loom_to_memory_format(x, LOOM_FORMAT_NHWC) : x, w, b, &o);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  cr_assert_eq(loom_backward(loom_sum_all(loom_mul(y, y))), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *parts[4] = {y, loom_grad(x), loom_grad(w), loom_grad(b)};
+  int64_t total = 0;
+  for (int k = 0; k < 4; k++) total += loom_tensor_numel(parts[k]);
+  double *all = malloc((size_t)total * sizeof *all);
+  int64_t at = 0;
+  for (int k = 0; k < 4; k++) {
+    double *v = tk_read(parts[k]);
+    memcpy(all + at, v, (size_t)loom_tensor_numel(parts[k]) * sizeof *v);
+    at += loom_tensor_numel(parts[k]);
+    free(v);
+  }
+  *n_out = total;
+  return all;
+}
+
+Test(conv2d_cpu, same_results_for_any_thread_count) {
+  static const conv_case D[] = {
+      {11, 16, 9, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},  /* direct */
+      {11, 16, 9, 10, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1},  /* direct, stride 2 */
+      {11, 24, 7, 7, 24, 3, 3, 1, 1, 1, 1, 1, 1, 24},  /* depthwise */
+      {11, 6, 7, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, 3},     /* narrow groups: im2col + GEMM */
+  };
+  for (int path = 0; path < 2; path++)
+    for (int ci = 0; ci < 4; ci++)
+      for (int nhwc = 0; nhwc < 2; nhwc++) {
+        loom_conv_cpu_force_gemm(path == 1);
+        loom_scope_begin();
+        int64_t n1, n;
+        double *ref = run_all(&D[ci], nhwc, 1, &n1);
+        for (int t = 2; t <= 3; t++) {
+          double *got = run_all(&D[ci], nhwc, t, &n);
+          cr_assert_eq(n, n1);
+          for (int64_t i = 0; i < n; i++)
+            cr_assert(got[i] == ref[i], "case %d nhwc=%d path=%s: %d threads differ from 1 at %lld: %.9g vs %.9g", ci,
+                      nhwc, path ? "gemm" : "default", t, (long long)i, got[i], ref[i]);
+          free(got);
+        }
+        free(ref);
+        loom_scope_end();
+      }
+  loom_conv_cpu_force_gemm(false);
+  loom_set_num_threads(0);
+  tk_leak_check();
+}
+
 /* ---- errors -------------------------------------------------------------------- */
 DEVICE_TEST(conv2d, malformed_shapes_and_options_are_errors) {
   int64_t sx[4] = {1, 4, 5, 5}, sw[4] = {6, 4, 3, 3}, sb = 6, sb_bad = 5;

@@ -81,6 +81,26 @@ static void out_done(loom_tensor *t, float *p) {
   if (p != loom_tensor_ptr(t)) free(p);
 }
 
+/* The fastest path that handles g: depthwise kernels, the direct kernels,
+ * or im2col + GEMM (everything). */
+static loom_status run_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y) {
+  if (loom_conv_depthwise_applies(g)) return loom_conv_depthwise_forward(g, x, w, b, y);
+  if (loom_conv_direct_applies(g)) return loom_conv_direct_forward(g, x, w, b, y);
+  return loom_conv_gemm_forward(g, x, w, b, y);
+}
+
+static loom_status run_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
+  if (loom_conv_depthwise_applies(g)) return loom_conv_depthwise_backward_data(g, dy, w, dx);
+  if (loom_conv_direct_applies(g)) return loom_conv_direct_backward_data(g, dy, w, dx);
+  return loom_conv_gemm_backward_data(g, dy, w, dx);
+}
+
+static loom_status run_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
+  if (loom_conv_depthwise_applies(g)) return loom_conv_depthwise_backward_filter(g, x, dy, dw);
+  if (loom_conv_direct_applies(g)) return loom_conv_direct_backward_filter(g, x, dy, dw);
+  return loom_conv_gemm_backward_filter(g, x, dy, dw);
+}
+
 static loom_status geom_of(const loom_op_args *a, loom_tensor *x, loom_tensor *w, loom_tensor *b,
                            loom_conv_geom *g) {
   return loom_conv_geom_make("conv2d", x, w, b, a->i, g);
@@ -102,7 +122,8 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   }
   float *yf = st == LOOM_OK ? out_f32(y) : NULL;
   if (st == LOOM_OK && !yf) st = loom_last_status();
-  if (st == LOOM_OK) st = loom_conv_gemm_forward(&g, xf, wf, bf, yf);
+  if (st == LOOM_OK)
+    st = run_forward(&g, xf, wf, bf, yf);
   if (st == LOOM_OK) out_done(y, yf);
   else if (yf != loom_tensor_ptr(y)) free(yf);
   if (xo) free(xf);
@@ -227,7 +248,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     float *p = wf ? out_f32(dx) : NULL;
     if (!p) st = loom_last_status();
     else {
-      st = loom_conv_gemm_backward_data(&g, dz, wf, p);
+      st = run_backward_data(&g, dz, wf, p);
       if (st == LOOM_OK) out_done(dx, p);
       else if (p != loom_tensor_ptr(dx)) free(p);
     }
@@ -237,7 +258,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     float *p = st == LOOM_OK ? out_f32(dw) : NULL;
     if (!p) st = loom_last_status();
     else {
-      st = loom_conv_gemm_backward_filter(&g, xf, dz, p);
+      st = run_backward_filter(&g, xf, dz, p);
       if (st == LOOM_OK) out_done(dw, p);
       else if (p != loom_tensor_ptr(dw)) free(p);
     }

@@ -11,9 +11,10 @@
  * backward-filter accumulates dy_g · colᵀ (NCHW) or dy_gᵀ · col (NHWC).
  *
  * Threads: with at least as many images as threads, images are split
- * between threads (each with its own col buffer, and its own partial dW
- * summed at the end), and each GEMM runs on one thread; otherwise images
- * run one after another on the multithreaded GEMM. Bias and ReLU are applied
+ * between threads (each with its own col buffer) and each GEMM runs on one
+ * thread; otherwise images run one after another on the multithreaded GEMM.
+ * The weight gradient sums a fixed number of per-chunk partials in order,
+ * so every result is the same for any number of threads. Bias and ReLU are applied
  * to each image's output right after its GEMM, while it is in cache. */
 #include <omp.h>
 #include <stdlib.h>
@@ -254,23 +255,29 @@ static void bwd_filter_image(const loom_conv_geom *g, const float *x, const floa
 
 loom_status loom_conv_gemm_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
   const int64_t Kg = g->Cg * g->KH * g->KW, WN = g->O * Kg > 0 ? g->O * Kg : 1;
-  int nt;
-  bool split = split_images(g, &nt);
-  int nbuf = split ? nt : 1;
-  /* Per buffer: the col matrix and a partial dW in the path's order. */
-  float *cols = malloc((size_t)(nbuf * (col_floats(g) + WN)) * sizeof(float));
+  /* Partial sums per chunk of images, a number that does not depend on the
+   * threads (summed in order at the end): dW is the same for any thread
+   * count. One chunk per image beyond that would only cost memory. */
+  const int64_t nchunk = g->N < 8 ? (g->N > 0 ? g->N : 1) : 8;
+  int nt = loom_get_num_threads();
+  if (nt < 1) nt = 1;
+  if (nt > nchunk) nt = (int)nchunk;
+  float *cols = malloc((size_t)(nt * col_floats(g) + nchunk * WN) * sizeof(float));
   if (!cols) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the im2col buffer");
-  float *parts = cols + nbuf * col_floats(g);
-  memset(parts, 0, (size_t)(nbuf * WN) * sizeof(float));
-  if (split) {
+  float *parts = cols + nt * col_floats(g);
+  memset(parts, 0, (size_t)(nchunk * WN) * sizeof(float));
+  if (nt > 1) {
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t n = 0; n < g->N; n++)
-      bwd_filter_image(g, x, dy, parts + omp_get_thread_num() * WN, cols + omp_get_thread_num() * col_floats(g), n);
+    for (int64_t ch = 0; ch < nchunk; ch++)
+      for (int64_t n = ch * g->N / nchunk; n < (ch + 1) * g->N / nchunk; n++)
+        bwd_filter_image(g, x, dy, parts + ch * WN, cols + omp_get_thread_num() * col_floats(g), n);
   } else {
-    for (int64_t n = 0; n < g->N; n++) bwd_filter_image(g, x, dy, parts, cols, n);
+    for (int64_t ch = 0; ch < nchunk; ch++)
+      for (int64_t n = ch * g->N / nchunk; n < (ch + 1) * g->N / nchunk; n++)
+        bwd_filter_image(g, x, dy, parts + ch * WN, cols, n);
   }
-  for (int t = 1; t < nbuf; t++)
-    for (int64_t i = 0; i < WN; i++) parts[i] += parts[t * WN + i];
+  for (int64_t ch = 1; ch < nchunk; ch++)
+    for (int64_t i = 0; i < WN; i++) parts[i] += parts[ch * WN + i];
   if (g->nhwc) reorder_w(g, parts, dw, true);
   else memcpy(dw, parts, (size_t)(g->O * Kg) * sizeof(float));
   free(cols);
