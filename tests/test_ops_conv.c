@@ -451,3 +451,111 @@ Test(conv2d_cuda, device_mismatch_is_an_error) {
   loom_scope_end();
   tk_leak_check();
 }
+
+/* ---- CUDA: cuDNN plans, the fused forward's fallback, the allocator -------------------- */
+#ifdef LOOM_HAVE_CUDA
+#include "ops/conv.h"
+
+/* The fused conv+bias+ReLU graph and its fallback (forced) both match the
+ * reference; the counters say which one ran. */
+Test(conv2d_cuda, fused_forward_and_its_fallback) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  tk_seed(81);
+  for (int forced = 0; forced < 2; forced++) {
+    loom_cuda_conv_force_unfused(forced);
+    for (int dt = 0; dt < 2; dt++)
+      for (int nhwc = 0; nhwc < 2; nhwc++) {
+        loom_cuda_conv_stats s0, s1;
+        loom_cuda_conv_stats_get(&s0);
+        loom_scope_begin();
+        check_case(dev, dt ? LOOM_F16 : LOOM_F32, &CASES[9], 9, nhwc, false, true, true);
+        loom_scope_end();
+        loom_cuda_conv_stats_get(&s1);
+        cr_assert(s1.fused_runs + s1.fallback_runs > s0.fused_runs + s0.fallback_runs, "no bias/ReLU forward was counted");
+        if (forced)
+          cr_assert_eq(s1.fused_runs, s0.fused_runs, "forced fallback, yet the fused graph ran");
+        else
+          cr_assert(s1.fused_runs > s0.fused_runs || s1.unsupported > s0.unsupported,
+                    "the fused graph neither ran nor was found unsupported");
+      }
+  }
+  loom_cuda_conv_force_unfused(false);
+  tk_leak_check();
+}
+
+/* Plans are built once per shape and layout, then found in the cache. */
+Test(conv2d_cuda, plan_cache) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  loom_scope_begin();
+  int64_t sx[4] = {2, 8, 9, 9}, sx2[4] = {2, 8, 11, 9}, sw[4] = {16, 8, 3, 3};
+  loom_tensor *x = loom_to_memory_format(loom_randn(4, sx, LOOM_F16, dev), LOOM_FORMAT_NHWC);
+  loom_tensor *x2 = loom_to_memory_format(loom_randn(4, sx2, LOOM_F16, dev), LOOM_FORMAT_NHWC);
+  loom_tensor *w = loom_randn(4, sw, LOOM_F16, dev);
+  loom_conv2d_options o = loom_conv2d_defaults();
+  o.padding[0] = o.padding[1] = 1;
+  loom_cuda_conv_stats s0, s1, s2, s3;
+  loom_cuda_conv_stats_get(&s0);
+  cr_assert_not_null(loom_conv2d(x, w, NULL, &o), "%s", loom_last_error());
+  loom_cuda_conv_stats_get(&s1);
+  cr_assert_geq(s1.plans_built, s0.plans_built + 1, "the first call built no plan");
+  cr_assert_not_null(loom_conv2d(x, w, NULL, &o), "%s", loom_last_error());
+  loom_cuda_conv_stats_get(&s2);
+  cr_assert_eq(s2.plans_built, s1.plans_built, "the same shape built another plan");
+  cr_assert_geq(s2.plan_hits, s1.plan_hits + 1, "the second call did not hit the cache");
+  cr_assert_not_null(loom_conv2d(x2, w, NULL, &o), "%s", loom_last_error());
+  loom_cuda_conv_stats_get(&s3);
+  cr_assert_geq(s3.plans_built, s2.plans_built + 1, "a new shape reused an old plan");
+  cr_assert_eq(loom_device_synchronize(dev), LOOM_OK, "%s", loom_last_error());
+  loom_scope_end();
+  tk_leak_check();
+}
+
+/* After warm-up, training steps of a small conv stack allocate nothing on
+ * the device: every workspace and tensor is a cache hit of loom's allocator
+ * (its counters), and nothing else takes device memory (cudaMemGetInfo). */
+static void conv_steps(loom_device dev, loom_dtype dt, int steps) {
+  int64_t sx[4] = {8, 16, 16, 16}, sw[4] = {32, 16, 3, 3}, sw2[4] = {32, 32, 3, 3}, sb = 32;
+  for (int s = 0; s < steps; s++) {
+    loom_scope_begin();
+    loom_tensor *x = loom_to_memory_format(loom_randn(4, sx, dt, dev), LOOM_FORMAT_NHWC);
+    loom_tensor *w1 = loom_randn(4, sw, dt, dev), *w2 = loom_randn(4, sw2, dt, dev), *b = loom_zeros(1, &sb, dt, dev);
+    loom_set_requires_grad(w1, true), loom_set_requires_grad(w2, true), loom_set_requires_grad(b, true);
+    loom_conv2d_options o = loom_conv2d_defaults();
+    o.padding[0] = o.padding[1] = 1;
+    o.act = LOOM_ACT_RELU;
+    loom_tensor *h = loom_conv2d(x, w1, b, &o);
+    o.stride[0] = o.stride[1] = 2;
+    o.act = LOOM_ACT_NONE;
+    loom_tensor *y = loom_conv2d(h, w2, NULL, &o);
+    cr_assert_eq(loom_backward(loom_sum_all(y)), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_device_synchronize(dev), LOOM_OK, "%s", loom_last_error());
+    loom_scope_end();
+  }
+}
+
+Test(conv2d_cuda, no_device_allocation_after_warmup) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  for (int dt = 0; dt < 2; dt++) {
+    loom_dtype t = dt ? LOOM_F16 : LOOM_F32;
+    conv_steps(dev, t, 3);
+    cr_assert_eq(loom_memory_reset_counters(dev), LOOM_OK, "%s", loom_last_error());
+    size_t free0 = 0, free1 = 0;
+    cr_assert_eq(loom_cuda_conv_mem_free(dev, &free0), LOOM_OK, "%s", loom_last_error());
+    conv_steps(dev, t, 5);
+    cr_assert_eq(loom_cuda_conv_mem_free(dev, &free1), LOOM_OK, "%s", loom_last_error());
+    loom_memory_stats st = {.struct_size = sizeof st};
+    cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK, "%s", loom_last_error());
+    cr_assert_gt(st.num_allocs, 0, "nothing went through the allocator");
+    cr_assert_eq(st.num_device_allocs, 0, "%s: %lld device allocations after warm-up", loom_dtype_name(t),
+                 (long long)st.num_device_allocs);
+    cr_assert_eq(free1, free0, "%s: device memory outside the allocator changed by %lld bytes", loom_dtype_name(t),
+                 (long long)free0 - (long long)free1);
+  }
+  tk_leak_check();
+}
+#else
+Test(conv2d_cuda, cudnn_tests_need_a_cuda_build) { tk_require_device(loom_cuda(0)); }
+#endif

@@ -61,6 +61,21 @@ LOOM_GRAD_RULE(loom_grad_conv2d);
  * with LOOM_ERR_UNSUPPORTED and say how to get it. */
 loom_status loom_cuda_conv2d(loom_op_args *a);
 loom_status loom_cuda_conv2d_backward(loom_op_args *a);
+
+/* Tests and benchmarks. Force the fused forward (conv+bias+ReLU in one
+ * cuDNN graph) onto its fallback: the plain convolution, then loom's bias
+ * and ReLU kernels. Flip between calls. */
+void loom_cuda_conv_force_unfused(bool on);
+typedef struct loom_cuda_conv_stats {
+  int64_t plans_built;    /* cuDNN plans built (cache misses) */
+  int64_t plan_hits;      /* plans found in the cache */
+  int64_t unsupported;    /* graphs no engine supports (remembered) */
+  int64_t fused_runs;     /* forwards with bias/ReLU done inside the cuDNN graph */
+  int64_t fallback_runs;  /* forwards with bias/ReLU done by loom's kernels */
+} loom_cuda_conv_stats;
+void loom_cuda_conv_stats_get(loom_cuda_conv_stats *out);
+/* cudaMemGetInfo's free bytes on dev (to see allocations outside loom's allocator). */
+loom_status loom_cuda_conv_mem_free(loom_device dev, size_t *free_bytes);
 #endif
 
 #endif
