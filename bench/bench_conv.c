@@ -204,8 +204,11 @@ int main(int argc, char **argv) {
         c.w = loom_randn(4, sw, dt, dev);
         c.gy = loom_randn(4, sy, dt, dev);
         if (fmts[f]) {
+          /* With one input channel a channels-last x is also contiguous and
+           * counts as NCHW (so does the output): gy then stays NCHW, as
+           * conv2d's backward rule would make it. */
           c.x = loom_to_memory_format(c.x, LOOM_FORMAT_NHWC);
-          c.gy = loom_to_memory_format(c.gy, LOOM_FORMAT_NHWC);
+          if (loom_tensor_memory_format(c.x) == LOOM_FORMAT_NHWC) c.gy = loom_to_memory_format(c.gy, LOOM_FORMAT_NHWC);
         }
         if (!c.x || !c.w || !c.gy) {
           fprintf(stderr, "bench_conv: %s\n", loom_last_error());

@@ -297,11 +297,22 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
 loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
   const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru16(Og);
   const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, P = g->OH * g->OW;
-  const int64_t xfl = Hp * Wp * Cp + 64;  /* slack: the last pixel's channel block may read past C */
+  /* Few input channels (a stem: C = 1 or 3): pixels at pitch C, and the KW
+   * taps of a kernel row become KW*C consecutive "channels" of one tap, so
+   * one register tile covers them all. The partial sums [tap][c][o] come
+   * out in the same order either way. */
+  const bool fold = g->G == 1 && g->dw == 1 && g->C < 16 && g->C * g->KW <= 16;
+  const int64_t Cq = fold ? g->C : Cp, KWf = fold ? 1 : g->KW, Cf = fold ? g->C * g->KW : Cg;
+  const int64_t xfl = Hp * Wp * Cq + 64;  /* slack: the last pixel's channel block may read past C */
   const int64_t WN = g->G * T * Cg * Ogp, nvec = Ogp / VL;
-  const loom_cb_kernel *kn = pick_cb(Cg, nvec);
+  const loom_cb_kernel *kn = pick_cb(Cf, nvec);
   if (!kn) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: no direct weight-gradient kernel");
   const int64_t nchunk = min64(g->N, DW_CHUNKS);
+  /* Rows per block: about 32 KiB of input rows and dY rows. */
+  const int64_t row_bytes = (g->sh * Wp * Cq + g->OW * g->O) * (int64_t)sizeof(float);
+  const int64_t halo = (g->KH - 1) * g->dh * Wp * Cq * (int64_t)sizeof(float);
+  int64_t rblk = row_bytes > 0 ? (32768 - halo) / row_bytes : g->OH;
+  if (rblk < 1) rblk = 1;
   int nt = threads_for(nchunk);
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * g->O));  /* keeps every thread's buffer 64-byte aligned */
   float *parts = loom_conv_alloc_f(nchunk * WN), *bufs = loom_conv_alloc_f(nt * per);
@@ -319,24 +330,29 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
     for (int64_t ch = 0; ch < nchunk; ch++) {
       float *part = parts + ch * WN;
       for (int64_t n = ch * g->N / nchunk; n < (ch + 1) * g->N / nchunk; n++) {
-        loom_conv_fill_padded(x + n * g->C * g->H * g->W, g->nhwc, g->C, g->H, g->W, xin, Wp, Cp, g->ph, g->pw);
+        loom_conv_fill_padded(x + n * g->C * g->H * g->W, g->nhwc, g->C, g->H, g->W, xin, Wp, Cq, g->ph, g->pw);
         const float *dyimg = dy + n * P * g->O;
         if (!g->nhwc) {
           loom_conv_load_planes(dytmp, dyimg, P, g->O);
           dyimg = dytmp;
         }
-        loom_cb_args a = {.xrs = g->sh * Wp * Cp, .xps = g->sw * Cp, .dyrs = g->OW * g->O, .dyps = g->O,
-                          .rows = g->OH, .cols = g->OW, .dws = Ogp};
-        for (int64_t gi = 0; gi < g->G; gi++)
-          for (int64_t t = 0; t < T; t++) {
-            const int64_t kh = t / g->KW, kw = t % g->KW;
-            const float *xt = xin + (kh * g->dh * Wp + kw * g->dw) * Cp + gi * Cg;
-            for (int64_t c0 = 0; c0 < Cg; c0 += kn->mrc)
+        loom_cb_args a = {.xrs = g->sh * Wp * Cq, .xps = g->sw * Cq, .dyrs = g->OW * g->O, .dyps = g->O,
+                          .cols = g->OW, .dws = Ogp};
+        /* Blocks of output rows whose input and dY rows fit in L1 together,
+         * all taps per block: each row is read from L2 once per block
+         * instead of once per tap. */
+        for (int64_t r0 = 0; r0 < g->OH; r0 += rblk)
+          for (int64_t gi = 0; gi < g->G; gi++)
+          for (int64_t t = 0; t < g->KH * KWf; t++) {
+            const int64_t kh = t / KWf, kw = t % KWf, tt = fold ? kh * g->KW : t;
+            const float *xt = xin + ((r0 * g->sh + kh * g->dh) * Wp + kw * g->dw) * Cq + gi * Cg;
+            a.rows = min64(rblk, g->OH - r0);
+            for (int64_t c0 = 0; c0 < Cf; c0 += kn->mrc)
               for (int64_t v0 = 0; v0 < nvec; v0 += kn->ovb) {
                 a.x = xt + c0;
-                a.dy = dyimg + gi * Og + v0 * VL;
-                a.dw = part + ((gi * T + t) * Cg + c0) * Ogp + v0 * VL;
-                a.mrc = (int)min64(kn->mrc, Cg - c0);
+                a.dy = dyimg + r0 * g->OW * g->O + gi * Og + v0 * VL;
+                a.dw = part + ((gi * T + tt) * Cg + c0) * Ogp + v0 * VL;
+                a.mrc = (int)min64(kn->mrc, Cf - c0);
                 a.lastmask = lanes_mask(Og - (v0 + kn->ovb - 1) * VL);
                 kn->fn(&a);
               }
