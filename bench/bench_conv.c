@@ -10,7 +10,7 @@
  * Usage: bench_conv [--device cpu|cuda] [--batch 128] [--threads 2] [--reps 5]
  *                   [--dataset cifar|fmnist|both] [--dtype f32|f16|bf16]
  *                   [--format nchw|nhwc|both] [--paths default|gemm|both]
- *                   [--min-time 0.05] [--layer SUBSTRING]
+ *                   [--min-time 0.05] [--layer SUBSTRING] [--fused] [--isa avx512|avx2]
  * Prints, per result:
  *   bench=conv device=cpu dataset=cifar layer=s1.conv3x3 shape=NxCxHxW->O,k3,s1 fmt=nhwc pass=fwd
  *     path=default dtype=f32 ms=... gflops=... of_gemm_peak=...
@@ -18,6 +18,10 @@
  * training step's convolutions (each layer times its count in the network;
  * the stem needs no backward-data):
  *   bench=conv_resnet20 ... step_conv_ms=... gflops=...
+ * --fused: forwards add a bias and apply ReLU (CPU: in the kernels' epilogue;
+ * CUDA: the fused cuDNN graph, timed against its fallback as path=unfused).
+ * --device cuda: timed with a device synchronisation after each call; the
+ * GEMM-peak anchor and of_gemm_peak are CPU-only.
  * and first the anchor: bench=gemm_peak gflops=... (best of 1024^3 and
  * 4096x256x1152 SGEMMs, the latter shaped like an im2col conv). */
 #include <stdbool.h>
@@ -74,14 +78,14 @@ static double now_s(void) {
 
 typedef struct ctx {
   loom_device dev;
-  loom_tensor *x, *w, *gy;
+  loom_tensor *x, *w, *gy, *b;  /* b: the bias of --fused forwards, else NULL */
   int64_t i[LOOM_OP_MAX_INTS];
 } ctx;
 
 static loom_status run_pass(ctx *c, int pass) {
   loom_scope_begin();
   loom_status st = LOOM_OK;
-  loom_op_args a = {.in = {c->x, c->w}, .n_in = 2};
+  loom_op_args a = {.in = {c->x, c->w, c->b}, .n_in = c->b ? 3 : 2};
   memcpy(a.i, c->i, sizeof a.i);
   if (pass == FWD) {
     if (!loom_op_run(LOOM_OP_CONV2D, &a)) st = loom_last_status();
@@ -90,6 +94,7 @@ static loom_status run_pass(ctx *c, int pass) {
     a.in[1] = c->x;
     a.in[2] = c->w;
     a.n_in = 3;
+    a.i[LOOM_CONV_I_ACT] = LOOM_ACT_NONE;
     a.i[LOOM_CONV_I_NEED_DX] = pass == BWD_DATA;
     a.i[LOOM_CONV_I_NEED_DW] = pass == BWD_FILTER;
     loom_op_run(LOOM_OP_CONV2D_BACKWARD, &a);
@@ -145,11 +150,16 @@ static double gemm_peak(int reps) {
 
 int main(int argc, char **argv) {
   const char *device = "cpu", *dataset = "both", *dtype_s = "f32", *format = "both", *paths = "both", *only = NULL;
+  bool fused = false;
   int64_t batch = 128;
   int threads = 2, reps = 5;
   double min_time = 0.05;
   for (int k = 1; k < argc; k++) {
     const char *a = argv[k], *v = k + 1 < argc ? argv[k + 1] : NULL;
+    if (!strcmp(a, "--fused")) {
+      fused = true;
+      continue;
+    }
     if (!v) goto usage;
     if (!strcmp(a, "--device")) device = v;
     else if (!strcmp(a, "--batch")) batch = atoll(v);
@@ -161,12 +171,19 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--paths")) paths = v;
     else if (!strcmp(a, "--min-time")) min_time = atof(v);
     else if (!strcmp(a, "--layer")) only = v;
+    else if (!strcmp(a, "--isa")) {
+      if (!loom_conv_cpu_select_isa(v)) {
+        printf("bench=conv skipped reason=\"this CPU cannot run the %s kernels\"\n", v);
+        return 0;
+      }
+    }
     else goto usage;
     k++;
   }
+  if (batch < 1 || reps < 1) goto usage;
   loom_device dev;
-  if (loom_device_parse(device, &dev) != LOOM_OK || batch < 1 || reps < 1) goto usage;
-  if (loom_device_check(dev) != LOOM_OK) {
+  if (loom_device_parse(device, &dev) != LOOM_OK || loom_device_check(dev) != LOOM_OK) {
+    /* No such device (e.g. no GPU here): say so and succeed, like the other benchmarks. */
     printf("bench=conv skipped reason=\"%s\"\n", loom_last_error());
     return 0;
   }
@@ -175,14 +192,18 @@ int main(int argc, char **argv) {
   loom_set_num_threads(threads);
   loom_set_grad_enabled(false);
   int npaths = 0, path_ids[2];
-  if (!cpu || strcmp(paths, "gemm")) path_ids[npaths++] = 0;
-  if (cpu && strcmp(paths, "default")) path_ids[npaths++] = 1;
+  /* Path 1: the CPU's im2col + GEMM path, or CUDA's unfused fallback (only
+   * differs from the default with --fused). */
+  if (strcmp(paths, "gemm")) path_ids[npaths++] = 0;
+  if (strcmp(paths, "default") && (cpu || fused)) path_ids[npaths++] = 1;
   int nfmt = 0, fmts[2];
   if (strcmp(format, "nhwc")) fmts[nfmt++] = 0;
   if (strcmp(format, "nchw")) fmts[nfmt++] = 1;
 
   double peak = cpu ? gemm_peak(reps) : 0;
-  if (cpu) printf("bench=gemm_peak device=cpu threads=%d impl=%s gflops=%.1f\n", threads, loom_cpu_gemm_impl(), peak);
+  if (cpu)
+    printf("bench=gemm_peak device=cpu threads=%d impl=%s conv_isa=%s gflops=%.1f\n", threads, loom_cpu_gemm_impl(),
+           loom_conv_cpu_isa_name(), peak);
   fflush(stdout);
 
   for (int ds = 0; ds < 2; ds++) {
@@ -218,6 +239,12 @@ int main(int argc, char **argv) {
         c.i[LOOM_CONV_I_PAD_H] = c.i[LOOM_CONV_I_PAD_W] = pad;
         c.i[LOOM_CONV_I_DIL_H] = c.i[LOOM_CONV_I_DIL_W] = 1;
         c.i[LOOM_CONV_I_GROUPS] = 1;
+        if (fused) {
+          /* Forward with bias + ReLU: on the CPU in the kernels' epilogue;
+           * on CUDA one cuDNN graph, against its fallback (path=unfused). */
+          c.b = loom_randn(1, &ly->O, dt, dev);
+          c.i[LOOM_CONV_I_ACT] = LOOM_ACT_RELU;
+        }
         for (int pass = 0; pass < 3; pass++) {
           if (pass == BWD_DATA && ly->stem) continue;
           double best[2] = {1e30, 1e30};
@@ -225,6 +252,9 @@ int main(int argc, char **argv) {
           for (int r = 0; r < reps; r++)
             for (int p = 0; p < npaths; p++) {
               if (cpu) loom_conv_cpu_force_gemm(path_ids[p] == 1);
+#ifdef LOOM_HAVE_CUDA
+              else loom_cuda_conv_force_unfused(path_ids[p] == 1);
+#endif
               double t = time_pass(&c, pass, min_time, &iters[p]);
               if (t < 0) {
                 fprintf(stderr, "bench_conv: %s %s: %s\n", ly->name, PASS[pass], loom_last_error());
@@ -239,13 +269,17 @@ int main(int argc, char **argv) {
                    "pass=%s path=%s dtype=%s threads=%d ms=%.3f gflops=%.1f",
                    device, dsname, ly->name, (long long)batch, (long long)ly->C, (long long)ly->H, (long long)ly->H,
                    (long long)ly->O, (long long)ly->K, (long long)ly->s, fmts[f] ? "nhwc" : "nchw", PASS[pass],
-                   path_ids[p] ? "gemm" : "default", dtype_s, threads, best[p] * 1e3, g);
+                   path_ids[p] ? (cpu ? "gemm" : "unfused") : "default", dtype_s, threads, best[p] * 1e3, g);
             if (cpu) printf(" of_gemm_peak=%.2f", g / peak);
+            if (fused && pass == FWD) printf(" act=bias_relu");
             printf("\n");
           }
           fflush(stdout);
         }
         if (cpu) loom_conv_cpu_force_gemm(false);
+#ifdef LOOM_HAVE_CUDA
+        else loom_cuda_conv_force_unfused(false);
+#endif
         loom_scope_end();
       }
     }
@@ -265,7 +299,7 @@ int main(int argc, char **argv) {
         }
         printf("bench=conv_resnet20 device=%s dataset=%s fmt=%s path=%s dtype=%s threads=%d batch=%lld "
                "step_conv_ms=%.2f gflops=%.1f\n",
-               device, dsname, fmts[f] ? "nhwc" : "nchw", path_ids[p] ? "gemm" : "default", dtype_s, threads,
+               device, dsname, fmts[f] ? "nhwc" : "nchw", path_ids[p] ? (cpu ? "gemm" : "unfused") : "default", dtype_s, threads,
                (long long)batch, tot, flops / (tot * 1e-3) / 1e9);
       }
   }
@@ -274,7 +308,7 @@ usage:
   fprintf(stderr,
           "usage: %s [--device cpu|cuda] [--batch N] [--threads N] [--reps N] [--dataset cifar|fmnist|both]\n"
           "          [--dtype f32|f16|bf16] [--format nchw|nhwc|both] [--paths default|gemm|both] [--min-time S]\n"
-          "          [--layer SUBSTRING]\n",
+          "          [--layer SUBSTRING] [--fused] [--isa avx512|avx2]\n",
           argv[0]);
   return 2;
 }

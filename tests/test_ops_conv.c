@@ -204,6 +204,16 @@ Test(conv2d_cpu, bf16_gemm_path) {
   tk_leak_check();
 }
 
+/* The AVX2 kernels, forced on a CPU that would pick AVX-512. */
+Test(conv2d_cpu, f32_avx2_kernels) {
+  if (!loom_conv_cpu_select_isa("avx2")) cr_skip_test("this CPU has no AVX2+FMA");
+  loom_scope_begin();
+  check_all(loom_cpu(), LOOM_F32, PATH_DEFAULT);
+  loom_scope_end();
+  loom_conv_cpu_select_isa(NULL);
+  tk_leak_check();
+}
+
 /* Every bias/ReLU/format combination on one case (the loop above varies
  * them across cases). */
 DEVICE_TEST(conv2d, bias_relu_format_combinations) {

@@ -26,7 +26,14 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
 loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
 loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
 
-/* Depthwise kernels (conv_depthwise.c): groups == C == O. */
+/* Which instruction set the direct kernels use: "avx512", "avx2", or NULL
+ * for the best this CPU runs (tests cover each the machine has). Returns
+ * false, changing nothing, when the CPU cannot run it. Global; flip between
+ * calls. loom_conv_cpu_isa_name: "avx512", "avx2" or "none". */
+bool loom_conv_cpu_select_isa(const char *name);
+const char *loom_conv_cpu_isa_name(void);
+
+/* Depthwise kernels (conv_depthwise.c): groups == C == O; AVX-512 only. */
 bool loom_conv_depthwise_applies(const loom_conv_geom *g);
 loom_status loom_conv_depthwise_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
                                         float *y);

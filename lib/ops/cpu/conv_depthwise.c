@@ -39,7 +39,7 @@ static int cpu_ok(void) {
 }
 
 bool loom_conv_depthwise_applies(const loom_conv_geom *g) {
-  return cpu_ok() && !loom_conv_cpu_gemm_forced() && g->G > 1 && g->Cg == 1 && g->Og == 1 &&
+  return cpu_ok() && !strcmp(loom_conv_cpu_isa_name(), "avx512") && !loom_conv_cpu_gemm_forced() && g->G > 1 && g->Cg == 1 && g->Og == 1 &&
          g->KH * g->KW <= LOOM_CONV_MAX_TAPS;
 }
 

@@ -1,6 +1,7 @@
 /* conv_direct.c — direct (implicit-GEMM) convolution on the CPU: no im2col
- * matrix; register-blocked AVX-512 micro-kernels (conv_direct_x86.c) read a
- * zero-padded channels-last copy of one image at a time, which stays in L2.
+ * matrix; register-blocked AVX-512 (else AVX2+FMA) micro-kernels
+ * (conv_direct_x86.c) read a zero-padded channels-last copy of one image at
+ * a time, which stays in L2.
  *
  * Forward: for each output row, tiles of MR pixels x up to 64 output
  *   channels accumulate over the KH*KW taps and the input channels, with
@@ -21,6 +22,7 @@
  * Threads: images are split between threads (each with its own padded
  * buffers); results are identical for any thread count. */
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,28 +30,51 @@
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/conv_direct_kern.h"
 
-#define VL 16  /* floats per vector */
-
-static inline int64_t ru16(int64_t v) { return (v + VL - 1) / VL * VL; }
+static inline int64_t ru16(int64_t v) { return (v + 15) / 16 * 16; }
+static inline int64_t ru(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline uint16_t lanes_mask(int64_t n) { return n >= VL ? (uint16_t)0xFFFF : (uint16_t)((1u << n) - 1u); }
+/* The first n lanes (a prefix; every lane when n >= 16). */
+static inline uint16_t lanes_mask(int64_t n) { return n >= 16 ? (uint16_t)0xFFFF : (uint16_t)((1u << n) - 1u); }
 
-static int cpu_ok(void) {
+/* ---- instruction set --------------------------------------------------------- */
+static bool isa_runs(const loom_conv_isa *is) {
+  if (!is->npb) return false;
 #if defined(__x86_64__)
-  static int cached = -1;
-  if (cached < 0) {
-    __builtin_cpu_init();
-    cached = __builtin_cpu_supports("avx512f") && loom_pb_kernels_avx512_count > 0;
-  }
-  return cached;
-#else
-  return 0;
+  __builtin_cpu_init();
+  if (is == &loom_conv_isa_avx512) return __builtin_cpu_supports("avx512f");
+  if (is == &loom_conv_isa_avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+  return false;
+}
+
+static _Atomic(const loom_conv_isa *) g_isa = NULL;  /* NULL: the best this CPU runs */
+
+static const loom_conv_isa *cur_isa(void) {
+  const loom_conv_isa *is = atomic_load_explicit(&g_isa, memory_order_acquire);
+  if (is) return is;
+  static int best = -1;  /* 0 none, 1 avx2, 2 avx512; racing first calls agree */
+  if (best < 0) best = isa_runs(&loom_conv_isa_avx512) ? 2 : isa_runs(&loom_conv_isa_avx2) ? 1 : 0;
+  return best == 2 ? &loom_conv_isa_avx512 : best == 1 ? &loom_conv_isa_avx2 : NULL;
+}
+
+bool loom_conv_cpu_select_isa(const char *name) {
+  const loom_conv_isa *is = NULL;
+  if (name && !strcmp(name, "avx512")) is = &loom_conv_isa_avx512;
+  else if (name && !strcmp(name, "avx2")) is = &loom_conv_isa_avx2;
+  else if (name) return false;
+  if (is && !isa_runs(is)) return false;
+  atomic_store_explicit(&g_isa, is, memory_order_release);
+  return true;
+}
+
+const char *loom_conv_cpu_isa_name(void) {
+  const loom_conv_isa *is = cur_isa();
+  return is ? is->name : "none";
 }
 
 bool loom_conv_direct_applies(const loom_conv_geom *g) {
-  if (!cpu_ok() || loom_conv_cpu_gemm_forced()) return false;
+  if (!cur_isa() || loom_conv_cpu_gemm_forced()) return false;
   if (g->KH * g->KW > LOOM_CONV_MAX_TAPS) return false;
   /* Narrow groups would waste most of each 16-lane vector. */
   if (g->G > 1 && (g->Og < 8 || g->Cg < 8)) return false;
@@ -64,9 +89,9 @@ static int threads_for(int64_t work) {
 }
 
 /* ---- kernel choice ------------------------------------------------------------ */
-/* Split nvec output vectors into blocks of at most 4, as even as possible. */
-static int vec_blocks(int64_t nvec, int *first, int *size) {
-  int nb = (int)((nvec + 3) / 4), at = 0;
+/* Split nvec output vectors into blocks of at most maxb, as even as possible. */
+static int vec_blocks(int64_t nvec, int maxb, int *first, int *size) {
+  int nb = (int)((nvec + maxb - 1) / maxb), at = 0;
   for (int b = 0; b < nb; b++) {
     int64_t left = nvec - at, parts = nb - b;
     int s = (int)((left + parts - 1) / parts);
@@ -81,12 +106,12 @@ static int vec_blocks(int64_t nvec, int *first, int *size) {
  * pixels with pitch ps: the exact-pitch variant if there is one, else the
  * runtime-pitch one; the tile minimising (tiles x tile cost), where fewer
  * than 10 accumulators run latency-bound. steps: reduction steps per tile. */
-static const loom_pb_kernel *pick_pb(int ovb, int64_t width, int64_t ps, int64_t steps) {
+static const loom_pb_kernel *pick_pb(const loom_conv_isa *is, int ovb, int64_t width, int64_t ps, int64_t steps) {
   const loom_pb_kernel *best = NULL;
   double best_cost = 1e300;
   bool exact = ps == 16 || ps == 32 || ps == 64 || ps == 128;
-  for (int k = 0; k < loom_pb_kernels_avx512_count; k++) {
-    const loom_pb_kernel *kn = &loom_pb_kernels_avx512[k];
+  for (int k = 0; k < is->npb; k++) {
+    const loom_pb_kernel *kn = &is->pb[k];
     if (kn->ovb != ovb || kn->ps != (exact ? ps : 0)) continue;
     int64_t tiles = (width + kn->mr - 1) / kn->mr;
     double acc = (double)(kn->mr * ovb);
@@ -102,11 +127,11 @@ static const loom_pb_kernel *pick_pb(int ovb, int64_t width, int64_t ps, int64_t
 /* Channel-broadcast kernel for Cg channels x nvec vectors (its vector count
  * divides nvec, so blocks never overlap), by cycles per pixel: FMAs on two
  * ports, loads (a broadcast per channel, a vector per block) on three. */
-static const loom_cb_kernel *pick_cb(int64_t Cg, int64_t nvec) {
+static const loom_cb_kernel *pick_cb(const loom_conv_isa *is, int64_t Cg, int64_t nvec) {
   const loom_cb_kernel *best = NULL;
   double best_cost = 1e300;
-  for (int k = 0; k < loom_cb_kernels_avx512_count; k++) {
-    const loom_cb_kernel *kn = &loom_cb_kernels_avx512[k];
+  for (int k = 0; k < is->ncb; k++) {
+    const loom_cb_kernel *kn = &is->cb[k];
     if (nvec % kn->ovb) continue;
     int64_t units = ((Cg + kn->mrc - 1) / kn->mrc) * (nvec / kn->ovb);
     double fma = kn->mrc * kn->ovb / 2.0, ld = (kn->mrc + kn->ovb) / 3.0;
@@ -122,16 +147,18 @@ static const loom_cb_kernel *pick_cb(int64_t Cg, int64_t nvec) {
 /* ---- forward ----------------------------------------------------------------------- */
 loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
                                      float *y) {
-  const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru16(Og);
+  const loom_conv_isa *is = cur_isa();
+  const int64_t VL = is->vl, maxb = VL == 16 ? 4 : 2;
+  const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru(Og, VL);
   const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, P = g->OH * g->OW, ps = g->sw * Cp;
   const int64_t xfl = Hp * Wp * Cp + 32 * ps + 64;  /* slack: tail tiles read past the last row */
   const bool relu = g->act == LOOM_ACT_RELU;
   int first[16], size[16];
-  const int nb = vec_blocks(Ogp / VL, first, size);
-  if (nb > 16) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: too many output channels per group for the direct path");
+  if (Ogp / VL > 16 * maxb) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: too many output channels per group for the direct path");
+  const int nb = vec_blocks(Ogp / VL, (int)maxb, first, size);
   const loom_pb_kernel *kern[16];
   for (int k = 0; k < nb; k++) {
-    kern[k] = pick_pb(size[k], g->OW, ps, T * Cg);
+    kern[k] = pick_pb(is, size[k], g->OW, ps, T * Cg);
     if (!kern[k]) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: no direct kernel for %d vectors", size[k]);
   }
   int nt = threads_for(g->N);
@@ -207,7 +234,9 @@ static void phase_margins(int64_t IN, int64_t OUT, int64_t K, int64_t s, int64_t
 }
 
 loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
-  const int64_t T = g->KH * g->KW, Op = ru16(g->O), Og = g->Og, Cg = g->Cg, Cgp = ru16(Cg);
+  const loom_conv_isa *is = cur_isa();
+  const int64_t VL = is->vl, maxb = VL == 16 ? 4 : 2;
+  const int64_t T = g->KH * g->KW, Op = ru16(g->O), Og = g->Og, Cg = g->Cg, Cgp = ru(Cg, VL);
   const int64_t sh = g->sh, sw = g->sw, P = g->OH * g->OW;
   int64_t lo_h, hi_h, lo_w, hi_w;
   phase_margins(g->H, g->OH, g->KH, sh, g->ph, g->dh, &lo_h, &hi_h);
@@ -215,13 +244,13 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
   const int64_t Hy = g->OH + lo_h + hi_h, Wy = g->OW + lo_w + hi_w;
   const int64_t yfl = Hy * Wy * Op + 32 * Op + 64;
   int first[16], size[16];
-  const int nb = vec_blocks(Cgp / VL, first, size);
-  if (nb > 16) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: too many channels per group for the direct path");
+  if (Cgp / VL > 16 * maxb) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: too many channels per group for the direct path");
+  const int nb = vec_blocks(Cgp / VL, (int)maxb, first, size);
   /* Phase widths are ceil((W - r) / sw): all within one pixel of the first. */
   const int64_t tw0 = (g->W + sw - 1) / sw, taps_per_phase = T / (sh * sw) > 0 ? T / (sh * sw) : 1;
   const loom_pb_kernel *kern[16];
   for (int k = 0; k < nb; k++) {
-    kern[k] = pick_pb(size[k], tw0, Op, taps_per_phase * Og);
+    kern[k] = pick_pb(is, size[k], tw0, Op, taps_per_phase * Og);
     if (!kern[k]) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: no direct kernel for %d vectors", size[k]);
   }
   int nt = threads_for(g->N);
@@ -295,7 +324,9 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
 #define DW_CHUNKS 8  /* partial sums per chunk of images: fixed, so dW does not depend on threads */
 
 loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
-  const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru16(Og);
+  const loom_conv_isa *is = cur_isa();
+  const int64_t VL = is->vl;
+  const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru(Og, VL);
   const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, P = g->OH * g->OW;
   /* Few input channels (a stem: C = 1 or 3): pixels at pitch C, and the KW
    * taps of a kernel row become KW*C consecutive "channels" of one tap, so
@@ -305,7 +336,7 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
   const int64_t Cq = fold ? g->C : Cp, KWf = fold ? 1 : g->KW, Cf = fold ? g->C * g->KW : Cg;
   const int64_t xfl = Hp * Wp * Cq + 64;  /* slack: the last pixel's channel block may read past C */
   const int64_t WN = g->G * T * Cg * Ogp, nvec = Ogp / VL;
-  const loom_cb_kernel *kn = pick_cb(Cf, nvec);
+  const loom_cb_kernel *kn = pick_cb(is, Cf, nvec);
   if (!kn) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: no direct weight-gradient kernel");
   const int64_t nchunk = min64(g->N, DW_CHUNKS);
   /* Rows per block: about 32 KiB of input rows and dY rows. */

@@ -1,7 +1,8 @@
 /* conv_direct_kern.h (internal) — the register-blocked micro-kernels of the
  * direct convolution (conv_direct.c), and the argument blocks they take.
- * conv_direct_x86.c instantiates them for AVX-512; nothing here may be
- * called unless the CPU has it (conv_direct.c checks).
+ * conv_direct_x86.c instantiates them for AVX-512 (16 floats per vector)
+ * and AVX2+FMA (8); nothing here may be called unless the CPU has the ISA
+ * (conv_direct.c checks). Below, 16 is the vector width VL of the ISA.
  *
  * Pixel-broadcast kernel (forward, backward-data): a tile of MR output
  * pixels of one row x OVB vectors of 16 output channels stays in registers
@@ -37,7 +38,7 @@ typedef struct loom_pb_args {
   float *y;                     /* output for the tile's first pixel, first channel of the block */
   int64_t yps;                  /* floats between output pixels */
   int mr;                       /* pixels to store (<= MR) */
-  uint16_t lastmask;            /* lanes to store of the block's last vector */
+  uint16_t lastmask;            /* lanes to store of the block's last vector (low VL bits, a prefix) */
   const float *bias;            /* NULL, or the bias of the block's first channel */
   bool relu;
 } loom_pb_args;
@@ -67,10 +68,18 @@ typedef struct loom_cb_kernel {
   loom_cb_fn fn;
 } loom_cb_kernel;
 
-/* conv_direct_x86.c: the AVX-512 instantiations (empty lists elsewhere). */
-extern const loom_pb_kernel loom_pb_kernels_avx512[];
-extern const int loom_pb_kernels_avx512_count;
-extern const loom_cb_kernel loom_cb_kernels_avx512[];
-extern const int loom_cb_kernels_avx512_count;
+/* One instruction set's kernels. */
+typedef struct loom_conv_isa {
+  const char *name;             /* "avx512", "avx2" */
+  int vl;                       /* floats per vector */
+  const loom_pb_kernel *pb;
+  int npb;
+  const loom_cb_kernel *cb;
+  int ncb;
+} loom_conv_isa;
+
+/* conv_direct_x86.c (npb == 0 where the ISA cannot be compiled). */
+extern const loom_conv_isa loom_conv_isa_avx512;
+extern const loom_conv_isa loom_conv_isa_avx2;
 
 #endif
