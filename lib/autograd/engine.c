@@ -33,10 +33,15 @@ loom_status loom_zero_grad(loom_tensor *t) {
   return LOOM_OK;
 }
 
-/* Held by exactly one reference and sharing storage with nobody. */
+/* Channels-last: 4-D, NHWC strides, not also contiguous. Gradients in that
+ * layout stay in it (a CNN trained in NHWC keeps NHWC gradients). */
+static bool nhwc(const loom_tensor *t) { return loom_tensor_is_channels_last(t) && !loom_tensor_is_contiguous(t); }
+
+/* Held by exactly one reference, sharing storage with nobody, and dense
+ * (contiguous or channels-last). */
 static bool exclusive(const loom_tensor *t) {
   return atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1 && t->offset == 0 &&
-         loom_tensor_is_contiguous(t);
+         (loom_tensor_is_contiguous(t) || nhwc(t));
 }
 
 typedef struct vec {
@@ -73,10 +78,12 @@ static leaf_count *find_leaf(leaf_count *lc, size_t n, loom_tensor *t) {
   return NULL;
 }
 
-/* A private copy of g that belongs to no scope. */
+/* A private copy of g that belongs to no scope, in g's layout when that is
+ * channels-last (else contiguous). */
 static loom_tensor *clone_raw(loom_tensor *g) {
   loom_tensor *c = loom_tensor_alloc_raw(g->ndim, g->shape, g->dtype, g->storage->device);
   if (!c) return NULL;
+  if (nhwc(g)) loom_set_channels_last_strides(c);
   loom_op_args a = {.in = {g}, .n_in = 1, .out = {c}, .n_out = 1};
   if (loom_op_run_into(LOOM_OP_COPY, &a) != LOOM_OK) {
     loom_tensor_release(c);
