@@ -83,16 +83,23 @@ static inline LOOM_HD float loom_bn_pre(float x, float scale, float shift) {
 
 /* ---- dropout ------------------------------------------------------------------------ */
 
-/* Keep bits of elements 32*word .. 32*word+31 (bit j of the word is element
- * 32*word + j): element i keeps its value when u_i >= p, u_i being element i
- * of loom_rng_fill_uniform at (seed, offset) — the number loom_rand draws. */
-static inline LOOM_HD uint32_t loom_dropout_word(uint64_t seed, uint64_t offset, int64_t word, double p) {
+/* Dropout keeps element i when u_i >= p, u_i being element i of
+ * loom_rng_fill_uniform at (seed, offset) — the number loom_rand draws.
+ * With u = (k + 0.5) 2^-23, k = x >> 9 for the 32 random bits x, that is
+ * k >= ceil(p 2^23 - 0.5) (exact in double): an integer test on the raw
+ * Philox output. */
+static inline LOOM_HD uint32_t loom_dropout_threshold(double p) {
+  double t = ceil(p * 8388608.0 - 0.5);
+  return t <= 0.0 ? 0u : t >= 8388608.0 ? 8388608u : (uint32_t)t;
+}
+
+/* Keep bits of elements 32*word .. 32*word+31 (bit j: element 32*word + j),
+ * for threshold thr = loom_dropout_threshold(p). */
+static inline LOOM_HD uint32_t loom_dropout_word(uint64_t seed, uint64_t offset, int64_t word, uint32_t thr) {
   uint32_t bits = 0;
   for (int b = 0; b < 8; b++) {
-    float u[4];
-    loom_philox_uniform4(seed, offset + (uint64_t)word * 8u + (uint64_t)b, u);
-    for (int l = 0; l < 4; l++)
-      if ((double)u[l] >= p) bits |= 1u << (b * 4 + l);
+    const loom_philox_u4 r = loom_philox_at(seed, offset + (uint64_t)word * 8u + (uint64_t)b);
+    for (int l = 0; l < 4; l++) bits |= (uint32_t)((r.v[l] >> 9) >= thr) << (b * 4 + l);
   }
   return bits;
 }

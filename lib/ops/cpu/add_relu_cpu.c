@@ -46,7 +46,10 @@ loom_status loom_cpu_add_relu_backward(loom_op_args *a) {
     float bg[RUN], by[RUN], bo[RUN];
     const float *g = loom_cpu_span_f32(pg, dt, e0, m, bg), *v = loom_cpu_span_f32(py, dt, e0, m, by);
     float *o = loom_cpu_out_f32(d0, dt, e0, bo);
-    for (int64_t j = 0; j < m; j++) o[j] = v[j] > 0.0f ? g[j] : 0.0f;
+    for (int64_t j = 0; j < m; j++) {
+      float gj = g[j];  /* loaded unconditionally: the select vectorizes, no branch to mispredict */
+      o[j] = v[j] > 0.0f ? gj : 0.0f;
+    }
     loom_cpu_out_commit(d0, dt, e0, m, o);
     if (d1) {
       if (dt == LOOM_F32) memcpy((float *)d1 + e0, o, (size_t)m * sizeof(float));

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/cnn_math.h"
 #include "ops/cpu/cpu_kernels.h"
@@ -70,27 +71,44 @@ static int threads_for(int64_t work) { return work >= LOOM_CPU_PAR_MIN ? omp_get
 
 /* ---- inner loops (lanes the compiler vectorizes) ------------------------------------ */
 
-static void acc_shifted(const float *p, int64_t m, float K, double *s1, double *s2) {
-  float a1[LANES] = {0}, a2[LANES] = {0};
+/* Reductions along a run use 4 x 4-wide accumulators (GCC vector
+ * extensions: SSE on baseline x86-64) so they vectorize without -ffast-math
+ * and keep independent add chains in flight. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f ld4(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline float hsum(const v4f *a) {
+  v4f t = a[0] + a[1] + a[2] + a[3];
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+static void acc_shifted(const float *restrict p, int64_t m, float K, double *s1, double *s2) {
+  v4f a1[4] = {{0}}, a2[4] = {{0}}, k4 = {K, K, K, K};
   int64_t j = 0;
-  for (; j + LANES <= m; j += LANES)
-    for (int l = 0; l < LANES; l++) {
-      float d = p[j + l] - K;
-      a1[l] += d;
-      a2[l] += d * d;
+  for (; j + 16 <= m; j += 16)
+    for (int u = 0; u < 4; u++) {
+      v4f d = ld4(p + j + 4 * u) - k4;
+      a1[u] += d;
+      a2[u] += d * d;
     }
+  float t1 = hsum(a1), t2 = hsum(a2);
   for (; j < m; j++) {
     float d = p[j] - K;
-    a1[0] += d;
-    a2[0] += d * d;
+    t1 += d;
+    t2 += d * d;
   }
-  double t1 = 0, t2 = 0;
-  for (int l = 0; l < LANES; l++) t1 += a1[l], t2 += a2[l];
   *s1 += t1;
   *s2 += t2;
 }
 
-static void acc_rows_shifted(const float *p, int64_t rows, int64_t C, const float *K, float *a1, float *a2) {
+static void acc_rows_shifted(const float *restrict p, int64_t rows, int64_t C, const float *restrict K,
+                             float *restrict a1, float *restrict a2) {
   for (int64_t r = 0; r < rows; r++) {
     const float *row = p + r * C;
     for (int64_t c = 0; c < C; c++) {
@@ -101,14 +119,15 @@ static void acc_rows_shifted(const float *p, int64_t rows, int64_t C, const floa
   }
 }
 
-static void apply_run(const float *p, float *q, int64_t m, float sc, float sh, int relu) {
+static void apply_run(const float *restrict p, float *restrict q, int64_t m, float sc, float sh, int relu) {
   if (relu)
     for (int64_t j = 0; j < m; j++) { float v = loom_bn_pre(p[j], sc, sh); q[j] = v > 0.0f ? v : 0.0f; }
   else
     for (int64_t j = 0; j < m; j++) q[j] = loom_bn_pre(p[j], sc, sh);
 }
 
-static void apply_rows(const float *p, float *q, int64_t rows, int64_t C, const float *sc, const float *sh, int relu) {
+static void apply_rows(const float *restrict p, float *restrict q, int64_t rows, int64_t C, const float *restrict sc,
+                       const float *restrict sh, int relu) {
   for (int64_t r = 0; r < rows; r++) {
     const float *a = p + r * C;
     float *b = q + r * C;
@@ -120,31 +139,32 @@ static void apply_rows(const float *p, float *q, int64_t rows, int64_t C, const 
 }
 
 /* Backward reduction: s1 += sum g', s2 += sum g' (x - mean). */
-static void acc_grad_run(const float *g, const float *x, int64_t m, float mean, float sc, float sh, int relu,
-                         double *s1, double *s2) {
-  float a1[LANES] = {0}, a2[LANES] = {0};
+static void acc_grad_run(const float *restrict g, const float *restrict x, int64_t m, float mean, float sc, float sh,
+                         int relu, double *s1, double *s2) {
+  v4f a1[4] = {{0}}, a2[4] = {{0}}, mean4 = {mean, mean, mean, mean}, sc4 = {sc, sc, sc, sc}, sh4 = {sh, sh, sh, sh};
+  v4f zero = {0, 0, 0, 0};
   int64_t j = 0;
-  for (; j + LANES <= m; j += LANES)
-    for (int l = 0; l < LANES; l++) {
-      float xv = x[j + l], gv = g[j + l];
-      if (relu) gv = loom_bn_pre(xv, sc, sh) > 0.0f ? gv : 0.0f;
-      a1[l] += gv;
-      a2[l] += gv * (xv - mean);
+  for (; j + 16 <= m; j += 16)
+    for (int u = 0; u < 4; u++) {
+      v4f xv = ld4(x + j + 4 * u), gv = ld4(g + j + 4 * u);
+      if (relu) gv = (v4f)((v4i)gv & (xv * sc4 + sh4 > zero));  /* loom_bn_pre(x) > 0 */
+      a1[u] += gv;
+      a2[u] += gv * (xv - mean4);
     }
+  float t1 = hsum(a1), t2 = hsum(a2);
   for (; j < m; j++) {
     float xv = x[j], gv = g[j];
     if (relu) gv = loom_bn_pre(xv, sc, sh) > 0.0f ? gv : 0.0f;
-    a1[0] += gv;
-    a2[0] += gv * (xv - mean);
+    t1 += gv;
+    t2 += gv * (xv - mean);
   }
-  double t1 = 0, t2 = 0;
-  for (int l = 0; l < LANES; l++) t1 += a1[l], t2 += a2[l];
   *s1 += t1;
   *s2 += t2;
 }
 
-static void acc_grad_rows(const float *g, const float *x, int64_t rows, int64_t C, const float *mean, const float *sc,
-                          const float *sh, int relu, float *a1, float *a2) {
+static void acc_grad_rows(const float *restrict g, const float *restrict x, int64_t rows, int64_t C,
+                          const float *restrict mean, const float *restrict sc, const float *restrict sh, int relu,
+                          float *restrict a1, float *restrict a2) {
   for (int64_t r = 0; r < rows; r++) {
     const float *gr = g + r * C, *xr = x + r * C;
     for (int64_t c = 0; c < C; c++) {
@@ -157,8 +177,8 @@ static void acc_grad_rows(const float *g, const float *x, int64_t rows, int64_t 
 }
 
 /* dx = k g' - q (x - mean) - r (training; q = r = 0 in eval mode). */
-static void dx_run(const float *g, const float *x, float *dx, int64_t m, float mean, float sc, float sh, int relu,
-                   float k, float q, float r) {
+static void dx_run(const float *restrict g, const float *restrict x, float *restrict dx, int64_t m, float mean, float sc,
+                   float sh, int relu, float k, float q, float r) {
   for (int64_t j = 0; j < m; j++) {
     float xv = x[j], gv = g[j];
     if (relu) gv = loom_bn_pre(xv, sc, sh) > 0.0f ? gv : 0.0f;
@@ -166,8 +186,9 @@ static void dx_run(const float *g, const float *x, float *dx, int64_t m, float m
   }
 }
 
-static void dx_rows(const float *g, const float *x, float *dx, int64_t rows, int64_t C, const float *mean,
-                    const float *sc, const float *sh, int relu, const float *k, const float *q, const float *r) {
+static void dx_rows(const float *restrict g, const float *restrict x, float *restrict dx, int64_t rows, int64_t C,
+                    const float *restrict mean, const float *restrict sc, const float *restrict sh, int relu,
+                    const float *restrict k, const float *restrict q, const float *restrict r) {
   for (int64_t i = 0; i < rows; i++) {
     const float *gr = g + i * C, *xr = x + i * C;
     float *dr = dx + i * C;

@@ -9,13 +9,13 @@
 #define DROP_WORDS 256
 
 __global__ void k_dropout_fwd(int dt, const void *x, void *y, uint32_t *mask, int64_t n, uint64_t seed,
-                              uint64_t offset, double p, float scale) {
+                              uint64_t offset, uint32_t thr, float scale) {
   __shared__ uint32_t bits[DROP_WORDS];
   const int64_t nwords = (n + 31) / 32;
   for (int64_t w0 = (int64_t)blockIdx.x * DROP_WORDS; w0 < nwords; w0 += (int64_t)gridDim.x * DROP_WORDS) {
     const int64_t w = w0 + threadIdx.x;
     if (w < nwords) {
-      const uint32_t b = loom_dropout_word(seed, offset, w, p);
+      const uint32_t b = loom_dropout_word(seed, offset, w, thr);
       bits[threadIdx.x] = b;
       mask[w] = b;
     }
@@ -44,7 +44,8 @@ extern "C" cudaError_t loom_cu_dropout_fwd(int dt, const void *x, void *y, uint3
   if (n == 0) return cudaSuccess;
   int64_t blocks = ((n + 31) / 32 + DROP_WORDS - 1) / DROP_WORDS;
   if (blocks > 65536) blocks = 65536;
-  k_dropout_fwd<<<(unsigned)blocks, DROP_WORDS, 0, s>>>(dt, x, y, mask, n, seed, offset, p, keep_scale(p));
+  k_dropout_fwd<<<(unsigned)blocks, DROP_WORDS, 0, s>>>(dt, x, y, mask, n, seed, offset, loom_dropout_threshold(p),
+                                                        keep_scale(p));
   return cudaGetLastError();
 }
 
