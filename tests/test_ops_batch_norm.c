@@ -400,7 +400,7 @@ DEVICE_TEST(batch_norm, running_stat_updates_bump_versions) {
 }
 
 DEVICE_TEST(batch_norm, same_result_with_any_thread_count) {
-  if (dev.kind != LOOM_CPU) return;  /* a CPU property */
+  if (dev.kind != LOOM_CPU) cr_skip_test("the thread count is a CPU setting");
   tk_seed(141);
   int64_t sh[4] = {8, 24, 16, 12}, C = 24;
   for (int f = 0; f < 2; f++) {
