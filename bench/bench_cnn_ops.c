@@ -14,7 +14,8 @@
  * alternating per round; each side keeps its best round (the machine may be
  * shared). Forward ops run through the public API (as a model calls them,
  * output allocation included); backward ops run the op-table entry the
- * autograd engine calls. bench/pytorch_cnn_ops.py measures PyTorch's
+ * autograd engine calls; grad_accumulate is the engine's in-place gradient
+ * sum (x += x2), which must walk an NHWC tensor in memory order too. bench/pytorch_cnn_ops.py measures PyTorch's
  * equivalents; bench/run_cnn_ops_vs_pytorch.sh runs both. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +33,12 @@ static double now_s(void) {
 
 enum {
   BN_TRAIN_FWD, BN_TRAIN_BWD, BN_EVAL_FWD, ADD_RELU_FWD, ADD_RELU_BWD, MAXPOOL_FWD, MAXPOOL_BWD, AVGPOOL_FWD,
-  AVGPOOL_BWD, GAP_FWD, GAP_BWD, DROPOUT_FWD, DROPOUT_BWD,
+  AVGPOOL_BWD, GAP_FWD, GAP_BWD, DROPOUT_FWD, DROPOUT_BWD, GRAD_ACCUMULATE,
 };
 static const char *NAMES[] = {
   "batch_norm_relu_train_fwd", "batch_norm_relu_train_bwd", "batch_norm_eval_fwd", "add_relu_fwd", "add_relu_bwd",
   "max_pool3x3s2_fwd", "max_pool3x3s2_bwd", "avg_pool2x2_fwd", "avg_pool2x2_bwd", "global_avg_pool_fwd",
-  "global_avg_pool_bwd", "dropout_fwd", "dropout_bwd",
+  "global_avg_pool_bwd", "dropout_fwd", "dropout_bwd", "grad_accumulate",
 };
 
 typedef struct bcase {
@@ -51,6 +52,7 @@ static const bcase CASES[] = {
   {ADD_RELU_BWD, {128, 16, 32, 32}}, {MAXPOOL_FWD, {32, 64, 56, 56}},   {MAXPOOL_BWD, {32, 64, 56, 56}},
   {AVGPOOL_FWD, {128, 32, 16, 16}},  {AVGPOOL_BWD, {128, 32, 16, 16}},  {GAP_FWD, {128, 64, 8, 8}},
   {GAP_BWD, {128, 64, 8, 8}},        {DROPOUT_FWD, {128, 16, 32, 32}},  {DROPOUT_BWD, {128, 16, 32, 32}},
+  {GRAD_ACCUMULATE, {128, 16, 32, 32}},
 };
 
 typedef struct state {
@@ -102,6 +104,7 @@ static int setup(state *s, const bcase *c, bool nhwc) {
       break;
     }
     case ADD_RELU_FWD: s->bytes = 3 * n * e; break;
+    case GRAD_ACCUMULATE: s->bytes = 3 * n * e; break;
     case ADD_RELU_BWD: s->y = loom_add_relu(s->x, s->x2); s->gy = s->x2; s->bytes = 4 * n * e; break;
     case MAXPOOL_FWD: case MAXPOOL_BWD: case AVGPOOL_FWD: case AVGPOOL_BWD: case GAP_FWD: case GAP_BWD: {
       loom_op_args a = {.in = {s->x}, .n_in = 1};
@@ -134,7 +137,8 @@ static int setup(state *s, const bcase *c, bool nhwc) {
       break;
     }
   }
-  return s->x && s->x2 && (s->y || c->op == BN_TRAIN_FWD || c->op == BN_EVAL_FWD || c->op == ADD_RELU_FWD);
+  return s->x && s->x2 &&
+         (s->y || c->op == BN_TRAIN_FWD || c->op == BN_EVAL_FWD || c->op == ADD_RELU_FWD || c->op == GRAD_ACCUMULATE);
 }
 
 static int run_once(state *s, bool nhwc) {
@@ -161,6 +165,9 @@ static int run_once(state *s, bool nhwc) {
       break;
     }
     case ADD_RELU_FWD: r = loom_add_relu(s->x, s->x2); break;
+    case GRAD_ACCUMULATE:  /* the autograd engine's in-place sum of a second gradient */
+      r = loom_add_inplace(s->x, s->x2) == LOOM_OK ? s->x : NULL;
+      break;
     case ADD_RELU_BWD: {
       loom_op_args a = {.in = {s->gy, s->y}, .n_in = 2};
       a.i[0] = a.i[1] = 1;

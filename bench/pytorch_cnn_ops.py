@@ -29,6 +29,7 @@ CASES = [
     ("max_pool3x3s2_bwd", (32, 64, 56, 56)), ("avg_pool2x2_fwd", (128, 32, 16, 16)),
     ("avg_pool2x2_bwd", (128, 32, 16, 16)), ("global_avg_pool_fwd", (128, 64, 8, 8)),
     ("global_avg_pool_bwd", (128, 64, 8, 8)), ("dropout_fwd", (128, 16, 32, 32)), ("dropout_bwd", (128, 16, 32, 32)),
+    ("grad_accumulate", (128, 16, 32, 32)),
 ]
 
 
@@ -59,6 +60,8 @@ def make(op, shape, nhwc):
         return (lambda: F.batch_norm(x, rm, rv, w, b, training=False)), 2 * n * 4
     if op == "add_relu_fwd":
         return (lambda: torch.relu_(x + x2)), 3 * n * 4
+    if op == "grad_accumulate":
+        return (lambda: x.add_(x2)), 3 * n * 4
     xg = x.detach().clone().requires_grad_(True)
     if op == "batch_norm_relu_train_bwd":
         y = F.relu(F.batch_norm(xg, rm, rv, w, b, training=True))

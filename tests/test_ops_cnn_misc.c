@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "ops/op.h"  /* loom_add_inplace: the engine's gradient accumulation */
 #include "support/testkit.h"
 
 static loom_tensor *in_format(loom_tensor *t, loom_memory_format f) {
@@ -260,4 +261,32 @@ DEVICE_TEST(add_relu, errors) {
                   "add_relu");
   loom_clear_error();
   tk_assert_fails(loom_add_relu(a, NULL), LOOM_ERR_NULL_INPUT, "add_relu", "b");
+}
+
+/* ---- writing into channels-last memory ---------------------------------------------------- */
+
+DEVICE_TEST(memory_format, copies_and_accumulation_into_nhwc_and_permuted_outputs) {
+  /* Elementwise kernels walk the output in memory order (dims sorted by its
+   * strides): NHWC and permuted destinations must still get every value. */
+  tk_seed(331);
+  int64_t sh[4] = {2, 3, 4, 5}, n = 120;
+  double *v, *w;
+  loom_tensor *src = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, dev, &v);
+  loom_tensor *other = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, dev, &w);
+  loom_tensor *dst = loom_to_memory_format(loom_zeros(4, sh, LOOM_F32, dev), LOOM_FORMAT_NHWC);
+  cr_assert_eq(loom_copy_(dst, src), LOOM_OK, "%s", loom_last_error());
+  tk_assert_tensor(dst, 4, sh, LOOM_F32, v, 0, 0, "copy into NHWC");
+  cr_assert(loom_tensor_is_channels_last(dst), "copy_ changed the destination's layout");
+  /* The autograd engine accumulates a second gradient in place like this. */
+  double want[120];
+  for (int i = 0; i < n; i++) want[i] = (double)((float)v[i] + (float)w[i]);
+  cr_assert_eq(loom_add_inplace(dst, loom_to_memory_format(other, LOOM_FORMAT_NHWC)), LOOM_OK, "%s", loom_last_error());
+  tk_assert_tensor(dst, 4, sh, LOOM_F32, want, 0, 0, "NHWC + NHWC written into NHWC");
+  /* A permuted destination ([5, 4, 3, 2] memory seen as [2, 3, 4, 5]). */
+  int perm[4] = {3, 2, 1, 0};
+  int64_t rsh[4] = {5, 4, 3, 2};
+  loom_tensor *pd = loom_permute(loom_zeros(4, rsh, LOOM_F32, dev), perm);
+  cr_assert_eq(loom_copy_(pd, src), LOOM_OK, "%s", loom_last_error());
+  tk_assert_tensor(pd, 4, sh, LOOM_F32, v, 0, 0, "copy into a permuted view");
+  free(v), free(w);
 }
