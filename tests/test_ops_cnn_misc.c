@@ -201,10 +201,11 @@ DEVICE_TEST(add_relu, matches_reference_with_broadcast) {
         int64_t nb = tk_numel(cs[i].nb, cs[i].bsh);
         double *av, *bv, *gv = tk_rand_vals(n, -1, 1, 0, dts[d]);
         loom_tensor *a = tk_rand_tensor(4, sh, -2, 2, 0, dts[d], dev, &av);
+        if (f) a = loom_to_memory_format(a, LOOM_FORMAT_NHWC);  /* an NHWC leaf */
         loom_tensor *b = tk_rand_tensor(cs[i].nb, cs[i].bsh, -1, 1, 0, dts[d], dev, &bv);
         loom_set_requires_grad(a, true);
         loom_set_requires_grad(b, true);
-        loom_tensor *y = loom_add_relu(in_format(a, f ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW), b);
+        loom_tensor *y = loom_add_relu(a, b);
         double want[120], ga[120], *gb = calloc((size_t)nb, sizeof *gb);
         for (int64_t k = 0; k < n; k++) {
           int64_t j = tk_bcast_index(k, 4, sh, cs[i].nb, cs[i].bsh);
@@ -222,9 +223,10 @@ DEVICE_TEST(add_relu, matches_reference_with_broadcast) {
         tk_assert_tensor(loom_grad(a), 4, sh, dts[d], ga, 0, 0, "add_relu da");
         double t = dts[d] == LOOM_F32 ? 1e-5 : 0.05;
         tk_assert_tensor(loom_grad(b), cs[i].nb, cs[i].bsh, dts[d], gb, t, t, "add_relu db (summed over broadcast)");
-        if (f && nb == n)
-          cr_assert(loom_tensor_is_channels_last(loom_grad(a)) && loom_tensor_is_channels_last(loom_grad(b)),
-                    "%s: gradients are not channels-last", what);
+        /* Each leaf's gradient comes in the leaf's layout. */
+        if (f) cr_assert(loom_tensor_is_channels_last(loom_grad(a)) && !loom_tensor_is_contiguous(loom_grad(a)),
+                         "%s: the NHWC leaf's gradient is not NHWC", what);
+        cr_assert(loom_tensor_is_contiguous(loom_grad(b)), "%s: the contiguous leaf's gradient is not contiguous", what);
         free(av), free(bv), free(gv), free(gb);
       }
 }
@@ -289,4 +291,42 @@ DEVICE_TEST(memory_format, copies_and_accumulation_into_nhwc_and_permuted_output
   cr_assert_eq(loom_copy_(pd, src), LOOM_OK, "%s", loom_last_error());
   tk_assert_tensor(pd, 4, sh, LOOM_F32, v, 0, 0, "copy into a permuted view");
   free(v), free(w);
+}
+
+/* log_softmax(x) -> NHWC copy -> batch norm: the copy's backward hands the
+ * channels-last gradient on unchanged, and log_softmax's kernel expects its
+ * gradient in its output's (contiguous) layout. */
+static loom_tensor *ls_bn_fn(loom_tensor **in, void *c) {
+  loom_tensor *y = loom_log_softmax(in[0], -1);
+  if (c) y = loom_to_memory_format(y, LOOM_FORMAT_NHWC);
+  return loom_batch_norm(y, NULL, NULL, NULL, NULL, NULL);
+}
+
+DEVICE_TEST(memory_format, gradients_arrive_in_each_outputs_layout) {
+  tk_seed(332);
+  int64_t sh[4] = {2, 3, 4, 5};
+  double *v;
+  loom_tensor *x = tk_rand_tensor(4, sh, -2, 2, 0, LOOM_F32, dev, &v);
+  loom_tensor *g = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, dev, NULL);
+  loom_set_requires_grad(x, true);
+  int dummy = 1;
+  double *grads[2];
+  for (int f = 0; f < 2; f++) {
+    loom_zero_grad(x);
+    loom_tensor *in[1] = {x};
+    loom_tensor *y = ls_bn_fn(in, f ? &dummy : NULL);
+    cr_assert_eq(loom_backward_with(y, g), LOOM_OK, "%s", loom_last_error());  /* a contiguous seed for an NHWC y */
+    /* A contiguous leaf gets a contiguous gradient, whatever layout reached it. */
+    cr_assert(loom_tensor_is_contiguous(loom_grad(x)), "x.grad is not contiguous");
+    grads[f] = tk_read(loom_grad(x));
+  }
+  tk_assert_close(grads[1], grads[0], 120, 1e-5, 1e-4, "gradient through an NHWC detour");
+  /* A channels-last leaf gets a channels-last gradient. */
+  loom_tensor *xl = loom_detach(loom_to_memory_format(x, LOOM_FORMAT_NHWC));
+  loom_set_requires_grad(xl, true);
+  cr_assert_eq(loom_backward(loom_sum_all(loom_relu(loom_to_memory_format(xl, LOOM_FORMAT_NCHW)))), LOOM_OK, "%s",
+               loom_last_error());
+  cr_assert(loom_tensor_is_channels_last(loom_grad(xl)) && !loom_tensor_is_contiguous(loom_grad(xl)),
+            "an NHWC leaf's gradient is not NHWC");
+  free(grads[0]), free(grads[1]), free(v);
 }
