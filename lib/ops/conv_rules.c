@@ -93,7 +93,7 @@ loom_status loom_infer_conv2d(const char *opname, const loom_op_args *a, loom_ou
   o[0].shape[2] = g.OH;
   o[0].shape[3] = g.OW;
   o[0].dtype = a->in[0]->dtype;
-  o[0].channels_last = g.nhwc;
+  o[0].format = g.nhwc ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW;
   return LOOM_OK;
 }
 
@@ -113,7 +113,7 @@ loom_status loom_infer_conv2d_backward(const char *opname, const loom_op_args *a
     o[0].ndim = 4;
     for (int d = 0; d < 4; d++) o[0].shape[d] = x->shape[d];
     o[0].dtype = x->dtype;
-    o[0].channels_last = g.nhwc;
+    o[0].format = g.nhwc ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW;
   }
   if (a->i[LOOM_CONV_I_NEED_DW]) {
     o[1].ndim = 4;

@@ -41,16 +41,6 @@ static loom_status kernel_for(const loom_op_def *d, loom_device dev, loom_kernel
                         loom_device_str(dev, b, 32));
 }
 
-/* Re-stride a fresh contiguous [N, C, H, W] tensor as channels-last (same
- * storage size; memory order N, H, W, C). */
-static void set_channels_last(loom_tensor *t) {
-  int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
-  t->strides[1] = 1;
-  t->strides[3] = C;
-  t->strides[2] = W * C;
-  t->strides[0] = H * W * C;
-}
-
 static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
   const loom_op_def *d = loom_op_get(id);
   if (!d || !d->infer) return loom_set_error(LOOM_ERR_INTERNAL, "op %d is not runnable", (int)id);
@@ -59,10 +49,7 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
   if (a->n_in < d->n_in) a->n_in = d->n_in;
   LOOM_TRY(check_inputs(d, a));
   loom_out_spec spec[LOOM_OP_MAX_OUT];
-  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) {
-    spec[k].ndim = -1;
-    spec[k].channels_last = false;
-  }
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) spec[k].ndim = -1, spec[k].format = LOOM_FORMAT_NCHW;
   LOOM_TRY(d->infer(d->name, a, spec));
   loom_device dev = a->in[0]->storage->device;
   loom_kernel_fn kernel;
@@ -71,7 +58,7 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
     if (spec[k].ndim < 0) continue;
     a->out[k] = loom_tensor_alloc_raw(spec[k].ndim, spec[k].shape, spec[k].dtype, dev);
     if (!a->out[k]) goto fail;
-    if (spec[k].channels_last && spec[k].ndim == 4) set_channels_last(a->out[k]);
+    if (spec[k].format == LOOM_FORMAT_NHWC && spec[k].ndim == 4) loom_set_channels_last_strides(a->out[k]);
   }
   a->n_out = d->n_out;
   if (kernel(a) != LOOM_OK) {
