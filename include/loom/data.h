@@ -145,6 +145,11 @@ typedef struct loom_loader_options {
   const float *mean;       /* norm_channels values (copied), or NULL */
   const float *std;        /* norm_channels values, all > 0 */
   int norm_channels;       /* 0: no normalize; 1: same for every channel */
+  /* Channels-last batches for [C,H,W] samples: each sample is written HWC
+   * by the transform pass itself (no separate transpose), and x is
+   * [n, C, H, W] with NHWC strides (loom_tensor_is_channels_last), what a
+   * channels-last model takes as it is. Needs 3-D samples (false). */
+  bool channels_last;
 } loom_loader_options;
 
 /* Defaults, with size set. */

@@ -64,6 +64,8 @@ loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holder
  * on a GPU), or is freed if the loader is gone. */
 void loom_loader_release_raw(loom_batch_buf *b);
 /* Shape/dtype/device of delivered batches (for wrapping). */
+/* Whether x batches are channels-last (loom_loader_options.channels_last). */
+bool loom_loader_channels_last(const loom_loader *l);
 void loom_loader_out_info(const loom_loader *l, loom_dtype *x_dt, int *x_ndim, int64_t *x_shape,
                           loom_dtype *y_dt, bool *has_y, loom_device *dev);
 
@@ -84,6 +86,7 @@ typedef struct loom_transform {
   bool flip;
   float *a, *b;          /* per channel: out = v * a[c] + b[c] (scale+normalize) */
   bool identity;         /* plain copy: same dtype, no transform */
+  bool hwc;              /* write samples HWC (channels-last batches) */
   size_t out_bytes;      /* bytes of one transformed sample */
 } loom_transform;
 

@@ -107,6 +107,8 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+bool loom_loader_channels_last(const loom_loader *l) { return l->tf.hwc; }
+
 loom_loader_options loom_loader_options_default(void) {
   loom_loader_options o;
   memset(&o, 0, sizeof o);

@@ -6,6 +6,7 @@
  * Kept in its own file so that code using only the raw layer (tests of the
  * worker/ring logic) does not need the tensor implementation linked in. */
 #include "data/data_internal.h"
+#include "ops/op.h"
 #include "tensor/tensor_internal.h"
 
 static void batch_release(void *data, void *ctx) {
@@ -39,6 +40,8 @@ loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y) {
     if (want_y) loom_loader_release_raw(rb.buf);
     return loom_error_prefix("loom_loader_next: wrapping the batch");
   }
+  /* Samples were written HWC: the batch is [n, C, H, W] with NHWC strides. */
+  if (loom_loader_channels_last(l) && tx->ndim == 4) loom_set_channels_last_strides(tx);
   if (want_y) {
     int64_t yshape[1] = {rb.n};
     loom_tensor *ty = loom_tensor_wrap(rb.y, (size_t)rb.n * loom_dtype_size(ydt), dev, 1, yshape, ydt,

@@ -69,7 +69,13 @@ loom_status loom_transform_init(loom_transform *t, const loom_dataset *ds, const
     return loom_set_error(LOOM_ERR_DTYPE, "loader: x_dtype %s is only available unchanged from %s samples; use f32 or u8",
                           loom_dtype_name(t->out), loom_dtype_name(t->src));
   }
-  t->identity = t->out == t->src && !arith && !spatial;
+  if (o->channels_last && nd != 3)
+    return loom_set_error(LOOM_ERR_SHAPE,
+                          "loader: channels_last needs [C,H,W] samples; this dataset's samples have %d dims (turn "
+                          "channels_last off: 1-channel [H,W] images are channels-last as [N,1,H,W] anyway)",
+                          nd);
+  t->hwc = o->channels_last && t->C > 1;
+  t->identity = t->out == t->src && !arith && !spatial && !t->hwc;
   t->out_bytes = (size_t)t->numel * loom_dtype_size(t->out);
   t->a = malloc(sizeof(float) * (size_t)t->C);
   t->b = malloc(sizeof(float) * (size_t)t->C);
@@ -116,6 +122,9 @@ void loom_transform_apply(const loom_transform *t, const void *src, void *dst, u
     flip = t->flip && ((r >> 63) & 1u);
   }
   const int64_t H = t->H, W = t->W, pad = t->pad, off = dx - pad;
+  /* Output strides of a channel plane, a row and a pixel: CHW, or HWC for
+   * channels-last batches (the layout change rides on this one pass). */
+  const int64_t cs = t->hwc ? 1 : H * W, rs = t->hwc ? W * t->C : W, xs = t->hwc ? t->C : 1;
   /* Output columns [lo, hi) come from the image; the rest are padding. */
   const int64_t lo = flip ? (off > 0 ? off : 0) : (-off > 0 ? -off : 0);
   const int64_t hi_raw = flip ? W + off : W - off;
@@ -126,32 +135,32 @@ void loom_transform_apply(const loom_transform *t, const void *src, void *dst, u
     for (int64_t y = 0; y < H; y++) {
       const int64_t sy = y + dy - pad;
       const bool row_ok = sy >= 0 && sy < H;
-      const int64_t orow = plane + y * W, srow = plane + sy * W;
+      const int64_t orow = c * cs + y * rs, srow = plane + sy * W;
       if (t->out == LOOM_U8) {
         uint8_t *o = (uint8_t *)dst + orow;
         const uint8_t *sr = (const uint8_t *)src + (row_ok ? srow : 0);
         for (int64_t x = 0; x < W; x++) {
           int64_t sx = (flip ? W - 1 - x : x) + off;
-          o[x] = (row_ok && x >= lo && x < hi) ? sr[sx] : 0;
+          o[x * xs] = (row_ok && x >= lo && x < hi) ? sr[sx] : 0;
         }
         continue;
       }
       /* Padding is a zero pixel before scale/normalize (as torchvision pads the raw image). */
       float *o = (float *)dst + orow;
       if (!row_ok) {
-        for (int64_t x = 0; x < W; x++) o[x] = b;
+        for (int64_t x = 0; x < W; x++) o[x * xs] = b;
         continue;
       }
-      for (int64_t x = 0; x < lo; x++) o[x] = b;
-      for (int64_t x = hi; x < W; x++) o[x] = b;
+      for (int64_t x = 0; x < lo; x++) o[x * xs] = b;
+      for (int64_t x = hi; x < W; x++) o[x * xs] = b;
       if (t->src == LOOM_U8) {
         const uint8_t *sr = (const uint8_t *)src + srow;
         if (!flip)
-          for (int64_t x = lo; x < hi; x++) o[x] = (float)sr[x + off] * a + b;
+          for (int64_t x = lo; x < hi; x++) o[x * xs] = (float)sr[x + off] * a + b;
         else
-          for (int64_t x = lo; x < hi; x++) o[x] = (float)sr[W - 1 - x + off] * a + b;
+          for (int64_t x = lo; x < hi; x++) o[x * xs] = (float)sr[W - 1 - x + off] * a + b;
       } else {
-        for (int64_t x = lo; x < hi; x++) o[x] = load_f(t->src, src, srow + (flip ? W - 1 - x : x) + off) * a + b;
+        for (int64_t x = lo; x < hi; x++) o[x * xs] = load_f(t->src, src, srow + (flip ? W - 1 - x : x) + off) * a + b;
       }
     }
   }
