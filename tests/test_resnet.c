@@ -335,7 +335,7 @@ Test(resnet, nhwc_equals_nchw) {
 
 /* `steps` SGD steps (Nesterov, weight decay on conv/fc weights only) on a small
  * learnable problem: the class is which quadrant of a 1x8x8 image is bright.
- * The loss must fall well below its start (ln 4). Then eval mode is
+ * The loss (first step vs the mean of the last three) must halve from ln 4. Then eval mode is
  * deterministic and classifies most training images. */
 static void train_quadrants(loom_precision prec, loom_memory_format fmt, int steps, double *first, double *last,
                             double *eval_acc) {
@@ -369,8 +369,8 @@ static void train_quadrants(loom_precision prec, loom_memory_format fmt, int ste
     double l;
     cr_assert_eq(loom_item(loss, &l), LOOM_OK);
     cr_assert(isfinite(l), "step %d loss %g", step, l);
-    if (step < 5) *first += l / 5;
-    if (step >= steps - 5) *last += l / 5;
+    if (step == 0) *first = l;
+    if (step >= steps - 3) *last += l / 3;
     cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
     cr_assert_eq(loom_backward(loss), LOOM_OK, "%s", loom_last_error());
     cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "%s", loom_last_error());
@@ -398,7 +398,7 @@ static void train_quadrants(loom_precision prec, loom_memory_format fmt, int ste
 
 Test(resnet, training_loss_falls) {
   double first = 0, last = 0, acc = 0;
-  train_quadrants(LOOM_PRECISION_FP32, LOOM_FORMAT_NHWC, 40, &first, &last, &acc);
+  train_quadrants(LOOM_PRECISION_FP32, LOOM_FORMAT_NHWC, 15, &first, &last, &acc);
   cr_assert(last < 0.5 * first, "loss %g -> %g", first, last);
   cr_assert_geq(acc, 0.75, "eval accuracy %g", acc);
   cr_log_info("fp32: loss %g -> %g, eval accuracy %g", first, last, acc);
@@ -440,8 +440,8 @@ Test(resnet, mixed_precision_smoke) {
     loom_module_free(m);
 
     double first = 0, last = 0, acc = 0;
-    train_quadrants(ps[k], LOOM_FORMAT_NHWC, 25, &first, &last, &acc);
-    cr_assert(last < 0.7 * first, "%s: loss %g -> %g", loom_precision_name(ps[k]), first, last);
+    train_quadrants(ps[k], LOOM_FORMAT_NHWC, 10, &first, &last, &acc);
+    cr_assert(last < 0.5 * first, "%s: loss %g -> %g", loom_precision_name(ps[k]), first, last);
     cr_assert_geq(acc, 0.5, "%s: eval accuracy %g", loom_precision_name(ps[k]), acc);
     cr_log_info("%s: loss %g -> %g, eval accuracy %g", loom_precision_name(ps[k]), first, last, acc);
   }

@@ -1,0 +1,566 @@
+/* loom-resnet — trains a ResNet with loom: CIFAR-style ResNet-20/56 or
+ * ImageNet-style ResNet-18/50 on Fashion-MNIST IDX files (the default) or
+ * CIFAR-10 binary batches, SGD with Nesterov momentum and weight decay on
+ * conv/fc weights only (BN parameters and biases in a second group without
+ * it), a one-cycle (default), cosine, step or constant schedule, random crop
+ * + flip augmentation, channels-last batches straight from the loader, mixed
+ * precision, per-epoch test accuracy and a last machine-readable `result`
+ * line. --synthetic CxHxW --steps N times N training steps on random data
+ * after a warm-up (as timm's benchmark does) and prints samples_per_sec=.
+ *
+ *   loom-resnet [--data DIR] [--model resnet20|resnet56|resnet18|resnet50|...]
+ *               [--epochs N] [--batch B] [--lr X] [--wd X] [--schedule onecycle|cosine|step|constant]
+ *               [--device auto|cpu|cuda[:N]] [--precision fp32|fp16|bf16] [--format nhwc|nchw]
+ *               [--seed S] [--threads T] [--workers W] [--shortcut A|B] [--no-augment]
+ *               [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]
+ *               [--synthetic CxHxW --steps N [--warmup N]]
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <loom/data.h>
+#include <loom/loom.h>
+
+typedef struct options {
+  const char *data, *model, *device, *schedule, *csv;
+  int epochs, threads, workers, quiet, memory_stats, augment;
+  int64_t batch, train_limit, test_limit, steps, warmup;
+  double lr, wd;
+  uint64_t seed;
+  loom_precision precision;
+  loom_memory_format format;
+  loom_resnet_shortcut shortcut;
+  int64_t syn[3]; /* --synthetic C, H, W (0: off) */
+} options;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: loom-resnet [--data DIR] [--model resnet20|resnet56|resnet18|resnet50|...]\n"
+          "                   [--epochs N] [--batch B] [--lr X] [--wd X] [--schedule onecycle|cosine|step|constant]\n"
+          "                   [--device auto|cpu|cuda[:N]] [--precision fp32|fp16|bf16] [--format nhwc|nchw]\n"
+          "                   [--seed S] [--threads T] [--workers W] [--shortcut A|B] [--no-augment]\n"
+          "                   [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]\n"
+          "                   [--synthetic CxHxW --steps N [--warmup N]]\n"
+          "Trains a ResNet on DIR: CIFAR-10 binary batches when it holds data_batch_*.bin, IDX files\n"
+          "(Fashion-MNIST, MNIST) otherwise (default /usr/share/datasets/fashion-mnist).\n"
+          "Defaults: resnet20 (option-A shortcut for CIFAR-style nets), 30 epochs, batch 128, SGD Nesterov\n"
+          "momentum 0.9, lr 0.1 (one-cycle peak), weight decay 5e-4 on conv/fc weights, random crop (pad 2 for\n"
+          "28x28, 4 for 32x32) + horizontal flip, NHWC, fp32, seed 42, 2 loader workers.\n");
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo) {
+    fprintf(stderr, "loom-resnet: %s expects an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static int parse_f(const char *flag, const char *s, double lo, double *out) {
+  char *end = NULL;
+  double v = strtod(s, &end);
+  if (end == s || *end || !(v >= lo) || !isfinite(v)) {
+    fprintf(stderr, "loom-resnet: %s expects a number >= %g, got '%s'\n", flag, lo, s);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+  *o = (options){.data = "/usr/share/datasets/fashion-mnist", .model = "resnet20", .device = "auto",
+                 .schedule = "onecycle", .epochs = 30, .workers = 2, .augment = 1, .batch = 128, .warmup = 5,
+                 .lr = 0.1, .wd = 5e-4, .seed = 42, .format = LOOM_FORMAT_NHWC, .shortcut = LOOM_SHORTCUT_ZERO_PAD};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+    if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
+    if (!strcmp(a, "--no-augment")) { o->augment = 0; continue; }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "loom-resnet: %s needs a value\n", a);
+      return 0;
+    }
+    const char *v = argv[++i];
+    int64_t n;
+    if (!strcmp(a, "--data")) o->data = v;
+    else if (!strcmp(a, "--model")) o->model = v;
+    else if (!strcmp(a, "--device")) o->device = v;
+    else if (!strcmp(a, "--csv")) o->csv = v;
+    else if (!strcmp(a, "--epochs")) { if (!parse_i64(a, v, 1, &n)) return 0; o->epochs = (int)n; }
+    else if (!strcmp(a, "--batch")) { if (!parse_i64(a, v, 1, &n)) return 0; o->batch = n; }
+    else if (!strcmp(a, "--seed")) { if (!parse_i64(a, v, 0, &n)) return 0; o->seed = (uint64_t)n; }
+    else if (!strcmp(a, "--threads")) { if (!parse_i64(a, v, 0, &n)) return 0; o->threads = (int)n; }
+    else if (!strcmp(a, "--workers")) { if (!parse_i64(a, v, 0, &n)) return 0; o->workers = (int)n; }
+    else if (!strcmp(a, "--train-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->train_limit = n; }
+    else if (!strcmp(a, "--test-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->test_limit = n; }
+    else if (!strcmp(a, "--steps")) { if (!parse_i64(a, v, 1, &n)) return 0; o->steps = n; }
+    else if (!strcmp(a, "--warmup")) { if (!parse_i64(a, v, 0, &n)) return 0; o->warmup = n; }
+    else if (!strcmp(a, "--lr")) { if (!parse_f(a, v, 1e-12, &o->lr)) return 0; }
+    else if (!strcmp(a, "--wd")) { if (!parse_f(a, v, 0, &o->wd)) return 0; }
+    else if (!strcmp(a, "--schedule")) {
+      if (strcmp(v, "onecycle") && strcmp(v, "cosine") && strcmp(v, "step") && strcmp(v, "constant")) {
+        fprintf(stderr, "loom-resnet: --schedule is onecycle, cosine, step or constant, got '%s'\n", v);
+        return 0;
+      }
+      o->schedule = v;
+    } else if (!strcmp(a, "--precision")) {
+      if (strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) {
+        fprintf(stderr, "loom-resnet: --precision is fp32, fp16 or bf16, got '%s'\n", v);
+        return 0;
+      }
+      loom_precision_parse(v, &o->precision);
+    } else if (!strcmp(a, "--format")) {
+      if (strcmp(v, "nhwc") && strcmp(v, "nchw")) {
+        fprintf(stderr, "loom-resnet: --format is nhwc or nchw, got '%s'\n", v);
+        return 0;
+      }
+      o->format = !strcmp(v, "nhwc") ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW;
+    } else if (!strcmp(a, "--shortcut")) {
+      if (strcmp(v, "A") && strcmp(v, "B")) {
+        fprintf(stderr, "loom-resnet: --shortcut is A (zero-padding) or B (projection), got '%s'\n", v);
+        return 0;
+      }
+      o->shortcut = !strcmp(v, "A") ? LOOM_SHORTCUT_ZERO_PAD : LOOM_SHORTCUT_PROJECTION;
+    } else if (!strcmp(a, "--synthetic")) {
+      long long c, h, w;
+      char tail;
+      if (sscanf(v, "%lldx%lldx%lld%c", &c, &h, &w, &tail) != 3 || c < 1 || h < 1 || w < 1) {
+        fprintf(stderr, "loom-resnet: --synthetic expects CxHxW (e.g. 3x224x224), got '%s'\n", v);
+        return 0;
+      }
+      o->syn[0] = c, o->syn[1] = h, o->syn[2] = w;
+    } else {
+      fprintf(stderr, "loom-resnet: unknown option '%s'\n", a);
+      usage(stderr);
+      return 0;
+    }
+  }
+  if (o->syn[0] && !o->steps) {
+    fprintf(stderr, "loom-resnet: --synthetic needs --steps N\n");
+    return 0;
+  }
+  return 1;
+}
+
+static int fail(const char *what) {
+  fprintf(stderr, "loom-resnet: %s: %s\n", what, loom_last_error());
+  return 1;
+}
+
+/* ---- data ------------------------------------------------------------------------ */
+
+static int is_cifar_dir(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/data_batch_1.bin", dir);
+  if (access(p, R_OK) == 0) return 1;
+  snprintf(p, sizeof p, "%s/data_batch_1.bin.gz", dir);
+  return access(p, R_OK) == 0;
+}
+
+/* CIFAR-10: data_batch_1..5 (those present, in order) or test_batch, raw or gzip. */
+static loom_dataset *open_cifar(const char *dir, int train) {
+  static char paths[5][4096];
+  const char *files[5];
+  int n = 0;
+  for (int i = 1; i <= (train ? 5 : 1); i++) {
+    for (int gz = 0; gz < 2; gz++) {
+      if (train) snprintf(paths[n], sizeof paths[n], "%s/data_batch_%d.bin%s", dir, i, gz ? ".gz" : "");
+      else snprintf(paths[n], sizeof paths[n], "%s/test_batch.bin%s", dir, gz ? ".gz" : "");
+      if (access(paths[n], R_OK) == 0) {
+        files[n] = paths[n];
+        n++;
+        break;
+      }
+    }
+  }
+  if (!n) {
+    fprintf(stderr, "loom-resnet: no %s in %s\n", train ? "data_batch_*.bin" : "test_batch.bin", dir);
+    return NULL;
+  }
+  return loom_dataset_cifar10_open(files, n);
+}
+
+/* IDX: DIR/{prefix}-images-idx3-ubyte(.gz) + labels. */
+static loom_dataset *open_idx(const char *dir, const char *prefix) {
+  char img[4096], lab[4096];
+  const char *ext[2] = {".gz", ""};
+  for (int e = 0; e < 2; e++) {
+    snprintf(img, sizeof img, "%s/%s-images-idx3-ubyte%s", dir, prefix, ext[e]);
+    snprintf(lab, sizeof lab, "%s/%s-labels-idx1-ubyte%s", dir, prefix, ext[e]);
+    if (access(img, R_OK) == 0 && access(lab, R_OK) == 0) return loom_dataset_idx_open(img, lab);
+  }
+  fprintf(stderr,
+          "loom-resnet: %s holds neither CIFAR-10 binary batches (data_batch_*.bin) nor %s-images-idx3-ubyte[.gz] "
+          "and %s-labels-idx1-ubyte[.gz]\n  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
+          dir, prefix, prefix);
+  return NULL;
+}
+
+/* The first `limit` samples of ds, as an in-memory copy. */
+static loom_dataset *limit_dataset(loom_dataset *ds, int64_t limit) {
+  int64_t n = loom_dataset_length(ds);
+  if (limit <= 0 || limit >= n) return ds;
+  loom_dtype xd, yd;
+  int nd;
+  bool has_y;
+  int64_t shape[LOOM_MAX_DIMS];
+  if (loom_dataset_x_info(ds, &xd, &nd, shape) != LOOM_OK || loom_dataset_y_info(ds, &has_y, &yd) != LOOM_OK)
+    return NULL;
+  int64_t per = 1;
+  for (int d = 0; d < nd; d++) per *= shape[d];
+  size_t xb = (size_t)per * loom_dtype_size(xd), yb = loom_dtype_size(yd);
+  unsigned char *x = malloc((size_t)limit * xb), *y = malloc((size_t)limit * yb);
+  loom_dataset *out = NULL;
+  if (x && y) {
+    int ok = 1;
+    for (int64_t i = 0; i < limit && ok; i++) ok = loom_dataset_read(ds, i, x + i * xb, y + i * yb) == LOOM_OK;
+    if (ok) out = loom_dataset_memory(x, xd, nd, shape, has_y ? y : NULL, yd, limit, true);
+  }
+  free(x);
+  free(y);
+  loom_dataset_free(ds);
+  return out;
+}
+
+/* x as [N, C, H, W]: IDX batches are [N, H, W] (one channel; a view, which
+ * is both NCHW and channels-last); CIFAR batches come 4-D in the loader's
+ * layout. */
+static loom_tensor *as_images(loom_tensor *x) {
+  if (loom_tensor_ndim(x) == 4) return x;
+  int64_t s[4] = {loom_tensor_dim(x, 0), 1, loom_tensor_dim(x, 1), loom_tensor_dim(x, 2)};
+  return loom_view(x, 4, s);
+}
+
+/* ---- training ------------------------------------------------------------------- */
+
+typedef struct trainer {
+  loom_module *model;
+  loom_optimizer *opt;
+  loom_grad_scaler *scaler;
+} trainer;
+
+/* One step: forward, loss, backward (scaled), optimizer step. Returns the
+ * loss tensor (in the open scope) or NULL. */
+static loom_tensor *train_step(trainer *t, loom_tensor *x, loom_tensor *y) {
+  loom_tensor *loss = loom_cross_entropy(loom_module_forward(t->model, as_images(x)), y);
+  if (!loss) return NULL;
+  if (loom_optimizer_zero_grad(t->opt) != LOOM_OK) return NULL;
+  if (loom_backward(loom_scaler_scale(t->scaler, loss)) != LOOM_OK) return NULL;
+  if (loom_scaler_step(t->scaler, t->opt, NULL) != LOOM_OK) return NULL;
+  return loss;
+}
+
+static int evaluate(loom_module *model, loom_loader *test, double *accuracy) {
+  int64_t correct = 0, total = 0;
+  bool prev = loom_set_grad_enabled(false);
+  loom_module_train(model, false);
+  int rc = 0;
+  if (loom_loader_start_epoch(test, 0) != LOOM_OK) rc = fail("test loader");
+  while (!rc) {
+    loom_scope_begin();
+    loom_tensor *x, *y;
+    if (loom_loader_next(test, &x, &y) != LOOM_OK) rc = fail("test loader");
+    if (rc || !x) {
+      loom_scope_end();
+      break;
+    }
+    int64_t c;
+    if (loom_count_correct(loom_module_forward(model, as_images(x)), y, &c) != LOOM_OK) rc = fail("evaluation");
+    correct += c;
+    total += loom_tensor_dim(x, 0);
+    loom_scope_end();
+  }
+  loom_module_train(model, true);
+  loom_set_grad_enabled(prev);
+  *accuracy = total ? (double)correct / (double)total : 0.0;
+  return rc;
+}
+
+static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, int64_t steps, double loss, double sps) {
+  if (quiet) return;
+  if (tty) {
+    int width = 30, filled = steps ? (int)(width * step / steps) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[width] = '\0';
+    printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %7.1f samples/s", epoch, epochs, bar, (long long)step,
+           (long long)steps, loss, sps);
+  } else if (step % 50 == 0 || step == steps) {
+    printf("epoch %d/%d step %lld/%lld loss %.4f samples/s %.1f\n", epoch, epochs, (long long)step, (long long)steps,
+           loss, sps);
+  }
+  fflush(stdout);
+}
+
+/* --synthetic: warm-up steps, then `steps` timed ones on one random batch
+ * (generated once, as timm's benchmark does, so data costs nothing). */
+static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_device dev, const char *devname) {
+  int64_t xs[4] = {o->batch, o->syn[0], o->syn[1], o->syn[2]}, n = o->batch;
+  int64_t *lab = malloc((size_t)n * sizeof *lab);
+  if (!lab) return fprintf(stderr, "loom-resnet: out of memory\n"), 1;
+  for (int64_t i = 0; i < n; i++) lab[i] = (i * 7919) % classes;
+  loom_tensor *x = loom_randn(4, xs, LOOM_F32, dev), *y = loom_from_host(lab, 1, &n, LOOM_I64, dev);
+  free(lab);
+  if (x && o->format == LOOM_FORMAT_NHWC) x = loom_to_memory_format(x, LOOM_FORMAT_NHWC);
+  if (!x || !y) return fail("synthetic batch");
+  double t0 = 0;
+  double loss = 0;
+  for (int64_t s = 0; s < o->warmup + o->steps; s++) {
+    if (s == o->warmup) {
+      if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
+      t0 = now_s();
+    }
+    loom_scope_begin();
+    loom_tensor *l = train_step(t, x, y);
+    if (!l) return fail("training step");
+    if (s + 1 == o->warmup + o->steps && loom_item(l, &loss) != LOOM_OK) return fail("reading the loss");
+    loom_scope_end();
+  }
+  if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
+  double dt = now_s() - t0;
+  if (o->memory_stats) {
+    char *summary = loom_memory_summary(dev);
+    if (summary) printf("%s", summary);
+    free(summary);
+  }
+  printf("result model=%s synthetic=%lldx%lldx%lld batch=%lld steps=%lld samples_per_sec=%.1f step_ms=%.2f device=%s "
+         "precision=%s format=%s threads=%d loss=%.4f\n",
+         o->model, (long long)o->syn[0], (long long)o->syn[1], (long long)o->syn[2], (long long)o->batch,
+         (long long)o->steps, (double)(o->batch * o->steps) / dt, 1e3 * dt / (double)o->steps, devname,
+         loom_precision_name(o->precision), o->format == LOOM_FORMAT_NHWC ? "nhwc" : "nchw", loom_get_num_threads(),
+         loss);
+  return 0;
+}
+
+static int synthetic(const options *o, trainer *t, int64_t classes, loom_device dev, const char *devname) {
+  loom_scope_begin(); /* the batch dies with it */
+  int rc = synthetic_run(o, t, classes, dev, devname);
+  loom_scope_end();
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  if (!parse_args(argc, argv, &o)) return 2;
+  if (o.threads > 0) loom_set_num_threads(o.threads);
+  loom_device dev;
+  if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
+  char devname[32];
+  loom_device_str(dev, devname, sizeof devname);
+  if (!strcmp(o.device, "auto") && dev.kind == LOOM_CPU && !o.quiet)
+    printf("device: cpu (CUDA unavailable: %s)\n", loom_cuda_unavailable_reason());
+  loom_resnet_arch arch;
+  if (loom_resnet_parse(o.model, &arch) != LOOM_OK) return fail("--model");
+  loom_manual_seed(o.seed);
+
+  /* Data (not for --synthetic): the model's input channels and classes follow it. */
+  loom_loader *train = NULL, *test = NULL;
+  /* --synthetic: the architecture's usual classes (10 CIFAR-style, 1000 ImageNet-style). */
+  int64_t in_channels = o.syn[0] ? o.syn[0] : 1, num_classes = o.syn[0] ? loom_resnet_defaults(arch).num_classes : 10;
+  int cifar = 0;
+  if (!o.syn[0]) {
+    cifar = is_cifar_dir(o.data);
+    loom_dataset *train_ds = cifar ? open_cifar(o.data, 1) : open_idx(o.data, "train");
+    if (!train_ds) return loom_last_status() ? fail("training data") : 1;
+    loom_dataset *test_ds = cifar ? open_cifar(o.data, 0) : open_idx(o.data, "t10k");
+    if (!test_ds) return loom_last_status() ? fail("test data") : 1;
+    train_ds = limit_dataset(train_ds, o.train_limit);
+    test_ds = limit_dataset(test_ds, o.test_limit);
+    if (!train_ds || !test_ds) return fail("limiting the dataset");
+    loom_dtype xd;
+    int nd;
+    int64_t xs[LOOM_MAX_DIMS];
+    if (loom_dataset_x_info(train_ds, &xd, &nd, xs) != LOOM_OK) return fail("dataset");
+    if (nd != 2 && nd != 3) {
+      fprintf(stderr, "loom-resnet: samples must be images ([H,W] or [C,H,W]); these have %d dims\n", nd);
+      return 1;
+    }
+    in_channels = nd == 3 ? xs[0] : 1;
+    int64_t height = xs[nd - 2];
+    /* Per-channel statistics after scaling to [0, 1]. */
+    static const float fm_mean[1] = {0.2860f}, fm_std[1] = {0.3530f};
+    static const float c_mean[3] = {0.4914f, 0.4822f, 0.4465f}, c_std[3] = {0.2470f, 0.2435f, 0.2616f};
+    loom_loader_options lo = loom_loader_options_default();
+    lo.batch_size = o.batch;
+    lo.shuffle = true;
+    lo.seed = o.seed;
+    lo.drop_last = true;
+    lo.workers = o.workers;
+    lo.prefetch = 4;
+    lo.device = dev;
+    lo.scale = 1.0f / 255.0f;
+    lo.mean = cifar ? c_mean : fm_mean;
+    lo.std = cifar ? c_std : fm_std;
+    lo.norm_channels = cifar ? 3 : 1;
+    if (cifar && in_channels != 3) return fprintf(stderr, "loom-resnet: CIFAR samples must have 3 channels\n"), 1;
+    /* The loader writes samples in the model's layout (1-channel images are both). */
+    lo.channels_last = nd == 3 && o.format == LOOM_FORMAT_NHWC;
+    if (o.augment) {
+      lo.crop_padding = height >= 32 ? 4 : 2;
+      lo.hflip = true;
+    }
+    train = loom_loader_new(train_ds, &lo);
+    lo.shuffle = false;
+    lo.drop_last = false;
+    lo.crop_padding = 0;
+    lo.hflip = false;
+    lo.batch_size = 500;
+    test = loom_loader_new(test_ds, &lo);
+    loom_dataset_free(train_ds);
+    loom_dataset_free(test_ds);
+    if (!train || !test) return fail("loader");
+  }
+
+  loom_resnet_options ro = loom_resnet_defaults(arch);
+  ro.in_channels = in_channels;
+  ro.num_classes = num_classes;
+  ro.shortcut = o.shortcut;
+  ro.memory_format = o.format;
+  loom_module *model = loom_resnet_new(arch, &ro, dev);
+  if (!model) return fail("model");
+  if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(model, o.precision, true) != LOOM_OK)
+    return fail("--precision");
+  loom_scaler_options sco = loom_scaler_defaults();
+  sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16; /* bf16 has f32's range */
+  loom_sgd_options so = loom_sgd_defaults();
+  so.lr = o.lr;
+  so.momentum = 0.9;
+  so.nesterov = true;
+  so.weight_decay = o.wd;
+  trainer t = {model, loom_sgd_new_for_module(model, &so), loom_scaler_new(&sco)};
+  if (!t.opt) return fail("optimizer");
+  if (!t.scaler) return fail("loss scaler");
+
+  if (!o.quiet)
+    printf("model: %s (%lld parameters), %s, %s\ndevice: %s, %d threads, cpu gemm %s, SGD nesterov lr %g wd %g "
+           "(not on BN/bias), batch %lld\n",
+           loom_module_name(model), (long long)loom_module_num_param_elements(model),
+           o.format == LOOM_FORMAT_NHWC ? "channels-last" : "NCHW", loom_precision_name(o.precision), devname,
+           loom_get_num_threads(), loom_cpu_gemm_name(), o.lr, o.wd, (long long)o.batch);
+  int rc = 0;
+  if (o.syn[0]) {
+    rc = synthetic(&o, &t, num_classes, dev, devname);
+    goto done;
+  }
+
+  int64_t steps_per_epoch = loom_loader_num_batches(train), total = steps_per_epoch * o.epochs;
+  loom_lr_schedule sched = !strcmp(o.schedule, "onecycle") ? loom_lr_one_cycle(o.lr, total * 3 / 10, total, 25.0, 1e4)
+                           : !strcmp(o.schedule, "cosine") ? loom_lr_cosine(o.lr, steps_per_epoch, total, 0.0)
+                           : !strcmp(o.schedule, "step")   ? loom_lr_step(o.lr, total / 3 > 0 ? total / 3 : 1, 0.1)
+                                                           : loom_lr_constant(o.lr);
+  if (!o.quiet)
+    printf("data: %s (%s), %lld training steps/epoch, schedule %s, augmentation %s\n", o.data,
+           cifar ? "CIFAR-10 binary" : "IDX", (long long)steps_per_epoch, o.schedule, o.augment ? "crop+flip" : "off");
+  FILE *csv = NULL;
+  if (o.csv) {
+    csv = fopen(o.csv, "w");
+    if (!csv) {
+      fprintf(stderr, "loom-resnet: cannot write --csv %s: %s\n", o.csv, strerror(errno));
+      rc = 1;
+      goto done;
+    }
+    fprintf(csv, "epoch,train_loss,test_accuracy,samples_per_sec,epoch_seconds,data_wait_share\n");
+  }
+  int tty = isatty(STDOUT_FILENO);
+  double train_seconds = 0, accuracy = 0, wait_share = 0;
+  int64_t train_samples = 0, global_step = 0;
+  for (int epoch = 1; epoch <= o.epochs && !rc; epoch++) {
+    loom_loader_stats_reset(train);
+    double t0 = now_s(), loss_sum = 0, last_loss = 0;
+    int64_t step = 0, epoch_samples = 0, reads = 0;
+    for (;;) {
+      loom_scope_begin();
+      loom_tensor *x, *y;
+      if (loom_loader_next(train, &x, &y) != LOOM_OK) {
+        loom_scope_end();
+        rc = fail("training loader");
+        break;
+      }
+      if (!x) {
+        loom_scope_end();
+        break;
+      }
+      loom_optimizer_set_lr(t.opt, loom_lr_at(&sched, global_step));
+      loom_tensor *loss = train_step(&t, x, y);
+      if (!loss) {
+        loom_scope_end();
+        rc = fail("training step");
+        break;
+      }
+      step++, global_step++;
+      epoch_samples += loom_tensor_dim(x, 0);
+      /* Reading the loss synchronizes with the device: do it sparingly. */
+      if (step % 10 == 0 || step == steps_per_epoch) {
+        if (loom_item(loss, &last_loss) != LOOM_OK) rc = fail("reading the loss");
+        loss_sum += last_loss, reads++;
+        progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
+                 (double)epoch_samples / (now_s() - t0));
+      }
+      loom_scope_end();
+      if (rc) break;
+    }
+    if (rc) break;
+    loom_device_synchronize(dev);
+    double dt = now_s() - t0;
+    loom_loader_stats st = {.size = sizeof st};
+    loom_loader_stats_get(train, &st);
+    wait_share = st.wait_fraction;
+    train_seconds += dt;
+    train_samples += epoch_samples;
+    if ((rc = evaluate(model, test, &accuracy))) break;
+    double mean_loss = reads ? loss_sum / (double)reads : last_loss;
+    if (tty && !o.quiet) printf("\n");
+    if (!o.quiet)
+      printf("epoch %d/%d: train loss %.4f, test accuracy %.2f%%, %.1f samples/s, %.1f s, data wait %.2f%%\n", epoch,
+             o.epochs, mean_loss, 100.0 * accuracy, (double)epoch_samples / dt, dt, 100.0 * wait_share);
+    fflush(stdout);
+    if (csv) {
+      fprintf(csv, "%d,%.6f,%.6f,%.1f,%.3f,%.6f\n", epoch, mean_loss, accuracy, (double)epoch_samples / dt, dt,
+              wait_share);
+      fflush(csv);
+    }
+  }
+  if (csv) fclose(csv);
+  if (!rc) {
+    if (o.memory_stats) {
+      char *summary = loom_memory_summary(dev);
+      if (summary) printf("%s", summary);
+      else fprintf(stderr, "loom-resnet: memory summary: %s\n", loom_last_error());
+      free(summary);
+    }
+    if (!o.quiet && o.precision != LOOM_PRECISION_FP32)
+      printf("mixed precision: loss scale %g, %lld of %lld steps skipped\n", loom_scaler_get_scale(t.scaler),
+             (long long)loom_scaler_steps_skipped(t.scaler), (long long)global_step);
+    printf("result test_accuracy=%.4f samples_per_sec=%.1f model=%s epochs=%d device=%s train_seconds=%.1f "
+           "data_wait_share=%.4f precision=%s format=%s loss_scale=%g skipped_steps=%lld\n",
+           accuracy, train_seconds > 0 ? (double)train_samples / train_seconds : 0.0, o.model, o.epochs, devname,
+           train_seconds, wait_share, loom_precision_name(o.precision), o.format == LOOM_FORMAT_NHWC ? "nhwc" : "nchw",
+           loom_scaler_get_scale(t.scaler), (long long)loom_scaler_steps_skipped(t.scaler));
+  }
+done:
+  loom_scaler_free(t.scaler);
+  loom_optimizer_free(t.opt);
+  loom_module_free(model);
+  loom_loader_free(train);
+  loom_loader_free(test);
+  return rc;
+}
