@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device/device_internal.h"
+#include "device/sync_stats.h"
 #include "loom/log.h"
 #include "loom/alloc.h"
 
@@ -327,10 +328,12 @@ const char *loom_device_str(loom_device dev, char *buf, int n) {
 
 loom_status loom_device_synchronize(loom_device dev) {
   LOOM_TRY(loom_device_check(dev));
+  loom_sync_count(LOOM_SYNC_DEVICE);
 #ifdef LOOM_HAVE_CUDA
   if (loom_device_is_real_cuda(dev)) {
     LOOM_TRY(loom_cuda_set_device(dev.index));
     LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+    return loom_deferred_check(dev);
   }
 #endif
   return LOOM_OK;
@@ -348,6 +351,7 @@ loom_status loom_cuda_set_device(int index) {
   int phys = loom_device_physical(index);
   if (phys < 0) return loom_set_error(LOOM_ERR_DEVICE, "cuda:%d does not exist (%d CUDA devices)", index, cuda_count());
   if (atomic_load(&g_fake_n) > 0 || current == phys) return LOOM_OK;
+  loom_sync_count(LOOM_SYNC_SET_DEVICE);
   LOOM_CUDA_CHECK(cudaSetDevice(phys));
   current = phys;
   return LOOM_OK;

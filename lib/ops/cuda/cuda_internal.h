@@ -31,8 +31,6 @@ typedef struct loom_cuda_ctx {
   cublasLtHandle_t lt;
   void *workspace;            /* from the device allocator */
   size_t workspace_bytes;
-  unsigned long long *flag;   /* one device word for error flags (labels) */
-  unsigned long long *flag_host; /* pinned host word the flag is read into */
 } loom_cuda_ctx;
 
 /* Make dev current on this thread and return its context (NULL + error). */
