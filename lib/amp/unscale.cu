@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "amp/unscale_kernels.h"
-#include "core/half.h"
 #include "device/sync_stats.h"
+#include "ops/cuda/cuda_dtype.cuh"
 #include "ops/cuda/dev_table.h"
 
 extern "C" {
@@ -35,8 +35,8 @@ struct chunk_desc {
 };
 
 __device__ static inline float load_one(const void *src, int dt, int64_t j) {
-  if (dt == LOOM_F16) return loom_half_to_f32(((const uint16_t *)src)[j]);
-  if (dt == LOOM_BF16) return loom_bfloat_to_f32(((const uint16_t *)src)[j]);
+  if (dt == LOOM_F16) return loom_cu_h2f(((const uint16_t *)src)[j]);
+  if (dt == LOOM_BF16) return loom_cu_bf2f(((const uint16_t *)src)[j]);
   return ((const float *)src)[j];
 }
 

@@ -42,7 +42,11 @@ cudaError_t loom_cu_copy(int odt, int idt, const loom_cu_iter *it, void *out, co
  * float dtype: out[r] (contiguous, dtype odt) = sum (double accumulator) or
  * max (NaN propagates) over j. kind: 0 sum, 1 max. */
 cudaError_t loom_cu_reduce2d(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
-                             int odt, void *out, cudaStream_t s);
+                             int odt, void *out, void *scratch, cudaStream_t s);
+/* Scratch bytes loom_cu_reduce2d wants for this shape (0: none). Few long
+ * rows are split across the GPU in two passes; with scratch NULL it runs
+ * single-pass anyway (slower, same result up to summation order). */
+size_t loom_cu_reduce2d_scratch(int64_t rows, int64_t len, int64_t rs, int64_t js);
 /* out[r] (i64) = first index of the max over j (a NaN counts as the max). */
 cudaError_t loom_cu_argmax2d(int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
                              int64_t *out, cudaStream_t s);

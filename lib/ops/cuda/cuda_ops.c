@@ -125,7 +125,16 @@ static loom_status reduce(loom_op_args *a, int kind) {
   int64_t rows, len, rs, js;
   LOOM_TRY(reduce_view(x, (unsigned)a->i[0], &tmp, &base, &rows, &len, &rs, &js));
   loom_dtype idt = tmp ? LOOM_F32 : x->dtype;
-  cudaError_t e = loom_cu_reduce2d(kind, idt, base, rows, len, rs, js, o->dtype, loom_tensor_ptr(o), c->stream);
+  /* Partials of a split reduction: from the allocator, back right after the
+   * launches (stream-ordered). */
+  void *scratch = NULL;
+  size_t sb = loom_cu_reduce2d_scratch(rows, len, rs, js);
+  if (sb && loom_alloc_malloc(c->dev, sb, NULL, &scratch) != LOOM_OK) {
+    loom_tensor_release(tmp);
+    return loom_last_status();
+  }
+  cudaError_t e = loom_cu_reduce2d(kind, idt, base, rows, len, rs, js, o->dtype, loom_tensor_ptr(o), scratch, c->stream);
+  loom_alloc_free(c->dev, scratch);
   loom_tensor_release(tmp);
   LOOM_LAUNCH_CHECK(e);
   return LOOM_OK;

@@ -77,7 +77,7 @@ static loom_status relu_inplace(loom_cuda_ctx *c, loom_tensor *t) {
 /* out[j] = sum_i z[i*N + j] (z contiguous [M, N]). */
 static loom_status col_sum(loom_cuda_ctx *c, const loom_tensor *z, int64_t M, int64_t N, loom_tensor *out) {
   LOOM_LAUNCH_CHECK(loom_cu_reduce2d(0, z->dtype, loom_tensor_ptr(z), N, M, 1, N, out->dtype, loom_tensor_ptr(out),
-                                     c->stream));
+                                     NULL, c->stream));  /* columns: never split */
   return LOOM_OK;
 }
 

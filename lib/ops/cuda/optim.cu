@@ -12,8 +12,7 @@
  * needs the host to know whether the previous one was skipped, and the
  * launches take only fixed addresses (capture-friendly). */
 #include <math.h>
-#include "ops/cuda/cuda_launch.h"
-#include "core/half.h"
+#include "ops/cuda/cuda_dtype.cuh"
 
 /* 1 - beta^t for t >= 1: the host's table (the CPU's own expression) or,
  * past it, the same expression in device double arithmetic. */
@@ -69,7 +68,7 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
       p = __fsub_rn(__fmul_rn(p, decay), __fmul_rn(step_size, m) / denom);
     }
     t.param[j] = p;
-    if (t.lowp) t.lowp[j] = h.lowp_bf16 ? loom_bfloat_from_f32(p) : loom_half_from_f32(p);
+    if (t.lowp) t.lowp[j] = h.lowp_bf16 ? loom_cu_f2bf(p) : loom_cu_f2h(p);
   }
 }
 
