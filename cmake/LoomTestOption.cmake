@@ -14,3 +14,6 @@ else()
   endif()
   option(LOOM_BUILD_TESTS "Build the Criterion test suite (default: ON when Criterion is found)" ${Criterion_FOUND})
 endif()
+# Where the tests that train find Fashion-MNIST (Debian's dataset-fashion-mnist,
+# or the copy in scripts/bundle-offline.sh's bundle on the GPU node).
+set(LOOM_FASHION_MNIST_DIR /usr/share/datasets/fashion-mnist CACHE PATH "Fashion-MNIST IDX files used by tests")
