@@ -33,7 +33,7 @@ struct loom_optimizer {
    * and whether the device counts have moved ahead of steps/param_steps
    * (steps the loss scaler may have skipped on the GPU): then the host
    * copies are refreshed by a read-back when someone asks for them. */
-  void *cuda;
+  struct loom_opt_cuda *cuda;
   bool counts_on_device;
   /* CUDA: where the gather of the copies' gradients keeps its work list. */
   struct loom_dev_table *gather_table;

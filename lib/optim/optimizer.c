@@ -169,7 +169,7 @@ loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, fl
  * counts (they are on the device, per parameter), vetoed by *skip. */
 #ifdef LOOM_HAVE_CUDA
 static loom_status cuda_step(loom_optimizer *o, loom_param_group *g, const int *idx, const int32_t *skip) {
-  loom_opt_cuda_args a = {(loom_opt_cuda **)&o->cuda, o->n, idx, o->param_steps, o->steps,
+  loom_opt_cuda_args a = {&o->cuda, o->n, idx, o->param_steps, o->steps,
                           o->adamw.beta1, o->adamw.beta2, skip};
   if (o->kind == LOOM_OPTIM_SGD) {
     loom_sgd_hparams h = {(float)o->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)o->sgd.weight_decay,
