@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-suite.sh --deps DIR --out DIR [--build DIR] [--commit HASH] [--quick]
+# gpu-suite.sh --deps DIR --out DIR [--build DIR] [--commit HASH] [--budget SECONDS] [--quick]
 #
 # Everything a session with a GPU should run, in one call (designed to fit
 # the device tool's 10-minute command on an H100 in under 8): machine facts,
@@ -8,6 +8,11 @@
 # custom kernels) where it works, every benchmark with a CUDA mode, and
 # loom-mnist on the GPU in fp32 / fp16 / bf16. --deps is the bundle from
 # scripts/bundle-offline.sh (Criterion, zlib headers, Fashion-MNIST).
+#
+# Steps run in order of value: build, tests, benchmarks, loom-mnist, then
+# the (slow, unpredictable) sanitizers. --budget (default 470 s, so the
+# suite ends inside 8 minutes) caps each step's time by what is left, and
+# steps that would start with under 20 s left are skipped with that reason.
 #
 # A step that fails is reported and the rest still runs; a step whose
 # program does not exist yet, or that needs a GPU where there is none, is
@@ -30,15 +35,16 @@
 #   --timeout  seconds before the step is killed (default 300)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEPS="" OUT="" BUILD="" COMMIT="${LOOM_COMMIT:-}" QUICK=0
+DEPS="" OUT="" BUILD="" COMMIT="${LOOM_COMMIT:-}" QUICK=0 BUDGET=470
 while (($#)); do
   case "$1" in
     --deps) DEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --build) BUILD="$2"; shift 2 ;;
     --commit) COMMIT="$2"; shift 2 ;;
+    --budget) BUDGET="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "gpu-suite: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -104,13 +110,17 @@ step() {
   done
   shift  # the --
   local cmd="$*" status note="" secs=0
+  local left=$((BUDGET - ($(date +%s) - SUITE_T0)))
   if ((need_gpu)) && ((!GPU_OK)); then
     status=skip note="$GPU_WHY"
   elif ((need_san)) && ((!SAN_OK)); then
     status=skip note="compute-sanitizer: $SAN_WHY"
   elif [ -n "$needs" ] && [ ! -x "$needs" ]; then
     status=skip note="not built yet: ${needs#"$BUILD"/}"
+  elif ((left < 20)); then
+    status=skip note="time budget (--budget $BUDGET s) spent"
   else
+    ((tmo > left)) && tmo=$left
     local log t0 rc
     log="$(mktemp)"
     t0=$(date +%s.%N)
@@ -212,18 +222,7 @@ if ((GPU_OK)); then
 fi
 
 # ---- tests on the GPU ----------------------------------------------------------------------------
-step ctest_cuda --gpu --timeout 420 -- ctest_cuda
-SAN_TESTS="test_ops_elementwise test_ops_reduce test_ops_loss test_ops_linalg test_nn_optim test_amp test_alloc_device test_loader test_sync test_cuda_paths"
-((QUICK)) && SAN_TESTS="test_cuda_paths test_sync"
-for t in $SAN_TESTS; do
-  step "memcheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
-    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
-done
-for t in test_ops_loss test_ops_reduce; do
-  step "racecheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
-    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool racecheck --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
-done
-
+step ctest_cuda --gpu --timeout 240 -- ctest_cuda
 # ---- benchmarks with a CUDA mode ------------------------------------------------------------------
 for dt in f32 f16 bf16; do
   step "linear_cuda_$dt" --gpu --needs "$B/bench/bench_linear_cuda" --timeout 180 -- "'$B/bench/bench_linear_cuda' 50 $dt"
@@ -251,6 +250,18 @@ EPOCHS=3
 for prec in fp32 fp16 bf16; do
   step "mnist_$prec" --gpu --needs "$B/examples/loom-mnist" --timeout 240 -- \
     "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42 --quiet --precision $prec"
+done
+
+# ---- compute-sanitizer (last: slow, and its time is hard to predict) ----------------------------------
+SAN_TESTS="test_ops_elementwise test_ops_reduce test_ops_loss test_ops_linalg test_nn_optim test_amp test_alloc_device test_loader test_sync test_cuda_paths"
+((QUICK)) && SAN_TESTS="test_cuda_paths test_sync"
+for t in $SAN_TESTS; do
+  step "memcheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
+    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
+done
+for t in test_ops_loss test_ops_reduce; do
+  step "racecheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
+    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool racecheck --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
 done
 
 # ---- the report ---------------------------------------------------------------------------------------
