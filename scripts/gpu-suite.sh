@@ -235,7 +235,8 @@ step amp --gpu --needs "$B/bench/bench_amp" --timeout 240 -- "'$B/bench/bench_am
 step alloc --gpu --needs "$B/bench/bench_alloc" --timeout 180 -- "'$B/bench/bench_alloc'"
 step loader_cuda --gpu --needs "$B/bench/bench_loader" --timeout 180 -- "'$B/bench/bench_loader' 20000 2 cuda"
 # Benchmarks other work is adding (skipped until their programs exist).
-step conv_cudnn --gpu --needs "$B/bench/bench_conv" --timeout 240 -- "'$B/bench/bench_conv' --device cuda"
+step conv_cudnn --gpu --needs "$B/bench/bench_conv" --timeout 240 -- "'$B/bench/bench_conv' --device cuda --format nhwc --dtype f16"
+step conv_cudnn_fused --gpu --needs "$B/bench/bench_conv" --timeout 180 -- "'$B/bench/bench_conv' --device cuda --format nhwc --dtype f16 --fused"
 step resnet_train --gpu --needs "$B/examples/loom-resnet" --timeout 300 -- "'$B/examples/loom-resnet' --device cuda --bench"
 step nccl_allreduce --gpu --needs "$B/bench/bench_allreduce" --timeout 180 -- "'$B/bench/bench_allreduce' --device cuda"
 step profiler_overhead --gpu --needs "$B/bench/bench_profiler" --timeout 180 -- "'$B/bench/bench_profiler' --device cuda"
@@ -258,6 +259,13 @@ SAN_TESTS="test_ops_elementwise test_ops_reduce test_ops_loss test_ops_linalg te
 for t in $SAN_TESTS; do
   step "memcheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
     "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
+done
+# The CNN op tests run every case on LOOM_TEST_DEVICE (no *cuda* suite names): no filter.
+CNN_SAN_TESTS="test_ops_conv test_ops_batch_norm test_ops_pool test_ops_cnn_misc"
+((QUICK)) && CNN_SAN_TESTS="test_ops_batch_norm"
+for t in $CNN_SAN_TESTS; do
+  step "memcheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
+    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1"
 done
 for t in test_ops_loss test_ops_reduce; do
   step "racecheck_$t" --gpu --sanitizer --needs "$T/$t" --timeout 240 -- \
