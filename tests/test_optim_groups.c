@@ -1,6 +1,6 @@
 /* test_optim_groups.c — optimizer parameter groups and the one-cycle
  * schedule: SGD with Nesterov momentum over two groups with their own lr and
- * weight decay against PyTorch's numbers (tests/ref/resnet_torch.py), AdamW
+ * weight decay against PyTorch's numbers (tests/ref/resnet_torch.py; CPU and CUDA), AdamW
  * groups against a float64 reference, set_lr vs set_group_lr, groups added
  * after steps start with fresh state, the weight-decay split of a model and
  * the optimizers built from it, low-precision copies refreshed in every
@@ -10,8 +10,13 @@
 
 #include "support/testkit.h"
 
+/* The device of the current test (DEVICE_TEST bodies set it; CPU otherwise). */
+static loom_device cur_dev;
+static bool cur_set;
+static loom_device dev_now(void) { return cur_set ? cur_dev : loom_cpu(); }
+
 static loom_tensor *leaf(const double *v, int64_t n) {
-  loom_tensor *t = tk_tensor(v, 1, &n, LOOM_F32, loom_cpu());
+  loom_tensor *t = tk_tensor(v, 1, &n, LOOM_F32, dev_now());
   loom_set_requires_grad(t, true);
   return t;
 }
@@ -19,14 +24,15 @@ static loom_tensor *leaf(const double *v, int64_t n) {
 static void set_grad(loom_tensor *p, const double *g) {
   loom_scope_begin();
   loom_zero_grad(p);
-  loom_tensor *gt = tk_tensor(g, loom_tensor_ndim(p), loom_tensor_shape(p), LOOM_F32, loom_cpu());
+  loom_tensor *gt = tk_tensor(g, loom_tensor_ndim(p), loom_tensor_shape(p), LOOM_F32, dev_now());
   cr_assert_eq(loom_backward_with(p, gt), LOOM_OK, "%s", loom_last_error());
   loom_scope_end();
 }
 
 /* PyTorch: SGD(momentum 0.9, nesterov) with groups {lr 0.1, wd 5e-4} and
  * {lr 0.05, wd 0}, five steps (tests/ref/resnet_torch.py, part 3). */
-Test(optim_groups, sgd_nesterov_two_groups_match_pytorch) {
+DEVICE_TEST(optim_groups, sgd_nesterov_two_groups_match_pytorch) {
+  cur_dev = dev, cur_set = true;
   loom_scope_begin();
   double a0[5], b0[3];
   for (int i = 0; i < 5; i++) a0[i] = cos(0.3 * i);
@@ -188,7 +194,8 @@ Test(optim_groups, bad_arguments) {
 
 /* A group added after some steps starts its momentum fresh: it ends where
  * an optimizer created over it alone at that point would. */
-Test(optim_groups, late_group_starts_fresh) {
+DEVICE_TEST(optim_groups, late_group_starts_fresh) {
+  cur_dev = dev, cur_set = true;
   loom_scope_begin();
   double init[3] = {0.5, -1, 2}, ga[3] = {0.1, -0.2, 0.3}, gb[3] = {1, 2, -3};
   loom_tensor *a = leaf(init, 3), *b = leaf(init, 3), *solo = leaf(init, 3);

@@ -7,6 +7,9 @@
 
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/dev_table.h"
+#endif
 #include "loom/optim.h"
 #include "optim/optim_internal.h"
 
@@ -72,6 +75,7 @@ static loom_status reserve(loom_optimizer *o, int need) {
   GROW(scratch.numel);
   GROW(scratch.lowp);
   GROW(scratch.idx);
+  GROW(scratch.grp);
 #undef GROW
   o->cap = cap;
   return LOOM_OK;
@@ -211,6 +215,36 @@ loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, fl
   return LOOM_OK;
 }
 
+/* The CUDA step of every group at once: one launch whatever the
+ * parameters' counts (they are on the device, per parameter) and groups
+ * (each table entry names its group; the groups' lr and weight decay travel
+ * by value in the launch), vetoed by *skip. */
+#ifdef LOOM_HAVE_CUDA
+static loom_status cuda_step(loom_optimizer *o, loom_param_group *g, const int *idx, const int32_t *skip) {
+  if (o->n_groups > LOOM_OPT_CUDA_MAX_GROUPS)
+    return loom_set_error(LOOM_ERR_UNSUPPORTED,
+                          "optimizer_step: %d parameter groups on CUDA; at most %d are supported (merge groups with "
+                          "equal lr and weight decay)",
+                          o->n_groups, LOOM_OPT_CUDA_MAX_GROUPS);
+  float glr[LOOM_OPT_CUDA_MAX_GROUPS], gwd[LOOM_OPT_CUDA_MAX_GROUPS];
+  for (int gi = 0; gi < o->n_groups; gi++) glr[gi] = (float)o->groups[gi].lr, gwd[gi] = (float)o->groups[gi].weight_decay;
+  /* Entries are in parameter order and groups are consecutive runs. */
+  for (int k = 0, gi = 0; k < g->n; k++) {
+    while (idx[k] >= o->groups[gi].first + o->groups[gi].n) gi++;
+    o->scratch.grp[k] = gi;
+  }
+  loom_opt_cuda_args a = {&o->cuda, o->n, idx, o->param_steps, o->steps,
+                          o->adamw.beta1, o->adamw.beta2, skip, o->scratch.grp, o->n_groups, glr, gwd};
+  if (o->kind == LOOM_OPTIM_SGD) {
+    loom_sgd_hparams h = {glr[0], (float)o->sgd.momentum, (float)o->sgd.dampening, gwd[0], o->sgd.nesterov, 0};
+    if (o->sgd.momentum <= 0) g->buf1 = NULL;
+    return loom_cuda_sgd_step(o->device, g, &h, &a);
+  }
+  loom_adamw_hparams h = {glr[0], (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps, gwd[0], 1.0f, 1.0f};
+  return loom_cuda_adamw_step(o->device, g, &h, &a);
+}
+#endif
+
 loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps,
                                       const loom_optim_group *grp) {
   loom_status st;
@@ -218,21 +252,13 @@ loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, in
     loom_sgd_hparams h = {(float)grp->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)grp->weight_decay,
                           o->sgd.nesterov, prior_steps == 0};
     if (o->sgd.momentum <= 0) g->buf1 = NULL;
-#ifdef LOOM_HAVE_CUDA
-    if (o->device.kind == LOOM_CUDA) st = loom_cuda_sgd_step(o->device, g, &h);
-    else
-#endif
-      st = loom_cpu_sgd_step(g, &h);
+    st = loom_cpu_sgd_step(g, &h);
   } else {
     double t = (double)(prior_steps + 1);
     loom_adamw_hparams h = {(float)grp->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
                             (float)grp->weight_decay, (float)(1.0 - pow(o->adamw.beta1, t)),
                             (float)(1.0 - pow(o->adamw.beta2, t))};
-#ifdef LOOM_HAVE_CUDA
-    if (o->device.kind == LOOM_CUDA) st = loom_cuda_adamw_step(o->device, g, &h);
-    else
-#endif
-      st = loom_cpu_adamw_step(g, &h);
+    st = loom_cpu_adamw_step(g, &h);
   }
   return st;
 }
@@ -277,40 +303,53 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
   return st;
 }
 
-loom_status loom_optimizer_step(loom_optimizer *o) {
+loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
+  bool on_gpu = o->device.kind == LOOM_CUDA;
+  if (skip && !on_gpu) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer_step: a device skip flag on the CPU");
   int *idx = o->scratch.idx;
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the
    * gradient receive it in f32 first; the fused step refreshes the copies. */
-  loom_status st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL);
+  loom_status st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL, &o->gather_table);
   if (st == LOOM_OK)
     st = loom_optimizer_fill_group(o, &g, o->scratch.pp, o->scratch.gp, o->scratch.b1, o->scratch.b2, o->scratch.numel,
                                    idx);
   if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, o->scratch.lowp);
-  /* The gathered entries are in parameter order, so each group's are a run. */
-  for (int gi = 0, k0 = 0; st == LOOM_OK && gi < o->n_groups; gi++) {
-    const loom_optim_group *grp = &o->groups[gi];
-    int k1 = k0;
-    while (k1 < g.n && idx[k1] < grp->first + grp->n) k1++;
-    loom_param_group sub = g;
-    sub.n = k1 - k0;
-    sub.param = g.param + k0, sub.grad = g.grad + k0, sub.buf1 = g.buf1 + k0, sub.buf2 = g.buf2 + k0;
-    sub.numel = g.numel + k0, sub.lowp = g.lowp ? g.lowp + k0 : NULL;
-    st = step_by_count(o, &sub, idx + k0, grp);
-    k0 = k1;
+#ifdef LOOM_HAVE_CUDA
+  if (st == LOOM_OK && on_gpu) st = cuda_step(o, &g, idx, skip);
+  else
+#endif
+  {
+    /* The gathered entries are in parameter order, so each group's are a run. */
+    for (int gi = 0, k0 = 0; st == LOOM_OK && gi < o->n_groups; gi++) {
+      const loom_optim_group *grp = &o->groups[gi];
+      int k1 = k0;
+      while (k1 < g.n && idx[k1] < grp->first + grp->n) k1++;
+      loom_param_group sub = g;
+      sub.n = k1 - k0;
+      sub.param = g.param + k0, sub.grad = g.grad + k0, sub.buf1 = g.buf1 + k0, sub.buf2 = g.buf2 + k0;
+      sub.numel = g.numel + k0, sub.lowp = g.lowp ? g.lowp + k0 : NULL;
+      st = step_by_count(o, &sub, idx + k0, grp);
+      k0 = k1;
+    }
   }
   if (st == LOOM_OK) {
+    /* A step the device may veto is counted on the device only; the host
+     * copies catch up when asked (loom_optimizer_steps). */
+    if (skip) o->counts_on_device = true;
     for (int j = 0; j < g.n; j++) {
       loom_tensor *p = o->params[idx[j]];
-      o->param_steps[idx[j]]++;
+      if (!skip) o->param_steps[idx[j]]++;
       loom_tensor_bump_version(p);
       loom_tensor_bump_version(loom_amp_lowp_copy(p));
     }
-    o->steps++;
+    if (!skip) o->steps++;
   }
   return st;
 }
+
+loom_status loom_optimizer_step(loom_optimizer *o) { return loom_optimizer_step_guarded(o, NULL); }
 
 loom_status loom_optimizer_zero_grad(loom_optimizer *o) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_zero_grad: optimizer is NULL");
@@ -348,6 +387,17 @@ loom_status loom_optimizer_add_param_group(loom_optimizer *o, loom_tensor *const
                           "weight_decay %g)",
                           lr, wd);
   LOOM_TRY(check_params("optimizer_add_param_group", o, o->n, params, n, o->device));
+#ifdef LOOM_HAVE_CUDA
+  if (o->cuda) {
+    /* The device step state is sized for the current parameters: bring its
+     * counts home (a wait, outside any step) and rebuild it at the next step. */
+    if (o->counts_on_device) (void)loom_optimizer_steps(o);
+    if (o->counts_on_device)
+      return loom_error_prefix("optimizer_add_param_group: reading the device step counts");
+    loom_cuda_opt_free(o->cuda);
+    o->cuda = NULL;
+  }
+#endif
   return append_group(o, params, n, lr, wd);
 }
 
@@ -386,7 +436,18 @@ loom_status loom_optimizer_set_group_weight_decay(loom_optimizer *o, int g, doub
 double loom_optimizer_get_group_weight_decay(const loom_optimizer *o, int g) {
   return (o && g >= 0 && g < o->n_groups) ? o->groups[g].weight_decay : NAN;
 }
-int64_t loom_optimizer_steps(const loom_optimizer *o) { return o ? o->steps : 0; }
+int64_t loom_optimizer_steps(const loom_optimizer *o) {
+  if (!o) return 0;
+#ifdef LOOM_HAVE_CUDA
+  if (o->counts_on_device && o->cuda) {
+    /* Steps the loss scaler decided on the GPU: read the counts back (a host
+     * wait, outside the training step) and keep the host copies current. */
+    loom_optimizer *m = (loom_optimizer *)o;
+    if (loom_cuda_opt_counts(m->cuda, m->param_steps, &m->steps) == LOOM_OK) m->counts_on_device = false;
+  }
+#endif
+  return o->steps;
+}
 
 void loom_optimizer_free(loom_optimizer *o) {
   if (!o) return;
@@ -405,6 +466,11 @@ void loom_optimizer_free(loom_optimizer *o) {
   free(o->scratch.numel);
   free(o->scratch.lowp);
   free(o->scratch.idx);
+  free(o->scratch.grp);
   free(o->groups);
+#ifdef LOOM_HAVE_CUDA
+  loom_cuda_opt_free(o->cuda);
+  loom_dev_table_free(o->gather_table);
+#endif
   free(o);
 }
