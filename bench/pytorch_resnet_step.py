@@ -145,7 +145,9 @@ def main():
     x = torch.randn(a.batch, *shape, device=dev).to(memory_format=mf)
     y = torch.arange(a.batch, device=dev) * 7919 % classes
     use_amp = a.amp and dev.type == "cuda"
-    scaler = torch.cuda.amp.GradScaler(enabled=use_amp) if dev.type == "cuda" else None
+    scaler = None
+    if use_amp:  # torch.amp.GradScaler on torch 2.x, torch.cuda.amp's on 1.13
+        scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
 
     def step():
         opt.zero_grad(set_to_none=True)

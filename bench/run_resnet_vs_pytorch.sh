@@ -14,8 +14,8 @@
 #
 # One line per measurement (# round ...), then one summary line:
 #   bench=resnet_vs_pytorch ... loom_best=... torch_best=... ratio=loom/faster-torch
-# The CPU anchor is Debian's python3-torch; the GPU anchor the python3 on PATH
-# that imports torch with CUDA.
+# The CPU anchor is Debian's python3-torch; the GPU anchor $LOOM_PYTHON or the
+# python3 on PATH that imports torch with CUDA.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE=cpu BUILD="$ROOT/build" ROUNDS=3 STEPS="" BATCH="" THREADS=2
@@ -40,7 +40,7 @@ if [ "$DEVICE" = cpu ]; then
   TORCH_COMMON="--device cpu --threads $THREADS"
 else
   PY=""
-  for p in python3 /usr/bin/python3; do
+  for p in ${LOOM_PYTHON:-} python3 /usr/bin/python3; do
     if "$p" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then PY=$p; break; fi
   done
   [ -n "$PY" ] || { echo "bench=resnet_vs_pytorch device=cuda skipped reason=\"no python3 with CUDA torch\""; exit 0; }

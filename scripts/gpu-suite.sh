@@ -237,7 +237,7 @@ step loader_cuda --gpu --needs "$B/bench/bench_loader" --timeout 180 -- "'$B/ben
 # Benchmarks other work is adding (skipped until their programs exist).
 step conv_cudnn --gpu --needs "$B/bench/bench_conv" --timeout 240 -- "'$B/bench/bench_conv' --device cuda --format nhwc --dtype f16"
 step conv_cudnn_fused --gpu --needs "$B/bench/bench_conv" --timeout 180 -- "'$B/bench/bench_conv' --device cuda --format nhwc --dtype f16 --fused"
-step resnet_train --gpu --needs "$B/examples/loom-resnet" --timeout 300 -- "'$B/examples/loom-resnet' --device cuda --bench"
+step resnet50_amp_vs_pytorch --gpu --needs "$B/examples/loom-resnet" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/run_resnet_vs_pytorch.sh' --device cuda --build '$B' --rounds 2 --steps 20"
 step nccl_allreduce --gpu --needs "$B/bench/bench_allreduce" --timeout 180 -- "'$B/bench/bench_allreduce' --device cuda"
 step profiler_overhead --gpu --needs "$B/bench/bench_profiler" --timeout 180 -- "'$B/bench/bench_profiler' --device cuda"
 step cuda_graphs --gpu --needs "$B/bench/bench_cuda_graph" --timeout 180 -- "'$B/bench/bench_cuda_graph' --device cuda"
