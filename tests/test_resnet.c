@@ -304,16 +304,20 @@ static double *run_step(loom_module *m, loom_tensor *x, loom_tensor *labels, dou
 /* The same network (same seed) converting its input to NHWC or keeping
  * NCHW gives the same logits and parameter gradients, for both shortcuts. */
 Test(resnet, nhwc_equals_nchw) {
-  for (int sc = 0; sc < 2; sc++) {
+  /* projection / zero-pad shortcuts with 3 channels, and a 1-channel input
+   * (ambiguous layout: the NHWC network converts its stem's output) */
+  for (int k = 0; k < 3; k++) {
     loom_scope_begin();
-    int64_t xs[4] = {4, 3, 8, 8}, n4 = 4, labels[4] = {0, 3, 7, 9};
+    int sc = k == 0 ? LOOM_SHORTCUT_PROJECTION : LOOM_SHORTCUT_ZERO_PAD;
+    int64_t C = k == 2 ? 1 : 3;
+    int64_t xs[4] = {4, C, 8, 8}, n4 = 4, labels[4] = {0, 3, 7, 9};
     loom_manual_seed(21);
     loom_tensor *x = loom_randn(4, xs, LOOM_F32, loom_cpu());
     loom_tensor *y = loom_from_host(labels, 1, &n4, LOOM_I64, loom_cpu());
     loom_manual_seed(7);
-    loom_module *a = make(LOOM_RESNET20, 3, 10, (loom_resnet_shortcut)sc, LOOM_FORMAT_NCHW);
+    loom_module *a = make(LOOM_RESNET20, C, 10, (loom_resnet_shortcut)sc, LOOM_FORMAT_NCHW);
     loom_manual_seed(7);
-    loom_module *b = make(LOOM_RESNET20, 3, 10, (loom_resnet_shortcut)sc, LOOM_FORMAT_NHWC);
+    loom_module *b = make(LOOM_RESNET20, C, 10, (loom_resnet_shortcut)sc, LOOM_FORMAT_NHWC);
     double *ga, *gb;
     double *la = run_step(a, x, y, &ga), *lb = run_step(b, x, y, &gb);
     tk_assert_close(lb, la, 40, 1e-5, 1e-4, "logits NHWC vs NCHW");

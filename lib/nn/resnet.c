@@ -98,6 +98,10 @@ static loom_tensor *resnet_forward(loom_module *m, loom_tensor *x) {
     loom_module *c = m->children[i];
     if (!strcmp(m->child_names[i], "fc")) x = loom_flatten(x, 1, -1);
     x = loom_module_forward(c, x);
+    /* A 1-channel input is NCHW and NHWC at once, and ops read such a
+     * tensor as NCHW: a channels-last network converts the stem's output. */
+    if (i == 0 && x && ((resnet_impl *)m->impl)->format == LOOM_FORMAT_NHWC && !loom_tensor_is_channels_last(x))
+      x = loom_to_memory_format(x, LOOM_FORMAT_NHWC);
   }
   return x;
 }
