@@ -166,5 +166,23 @@ LOOM_API loom_status loom_dlpack_device(const loom_tensor *t, int32_t *type, int
  * CPU devices: nothing to do. */
 LOOM_API loom_status loom_dlpack_sync_stream(loom_device dev, intptr_t stream);
 
+/* For CPython bindings: a PyCapsule destructor for capsules holding
+ * loom_to_dlpack[_versioned] results ("dltensor" / "dltensor_versioned").
+ * It calls the managed tensor's deleter when no consumer took the capsule
+ * (a consumer renames it "used_..."), keeping any pending Python exception
+ * intact — a destructor written in Python cannot, since it runs while a
+ * failing consumer's exception is set. libloom does not link Python: the
+ * binding hands over the four C-API functions once (ctypes can take their
+ * addresses from ctypes.pythonapi). Call with the GIL held, as CPython does. */
+typedef struct loom_pycapsule_api {
+  uint32_t size;                                          /* sizeof(loom_pycapsule_api) */
+  int (*is_valid)(void *capsule, const char *name);       /* PyCapsule_IsValid */
+  void *(*get_pointer)(void *capsule, const char *name);  /* PyCapsule_GetPointer */
+  void (*err_fetch)(void **type, void **value, void **tb); /* PyErr_Fetch */
+  void (*err_restore)(void *type, void *value, void *tb);  /* PyErr_Restore */
+} loom_pycapsule_api;
+LOOM_API loom_status loom_dlpack_set_pycapsule_api(const loom_pycapsule_api *api);
+LOOM_API void loom_dlpack_pycapsule_destructor(void *capsule);
+
 LOOM_EXTERN_C_END
 #endif
