@@ -447,6 +447,19 @@ loom_tensor *loom_safetensors_get(loom_safetensors *f, const char *name, loom_de
   char *src = (char *)f->map->base + f->data_start + e->begin;
   size_t nbytes = (size_t)(e->end - e->begin);
   if (dev.kind == LOOM_CPU && (uintptr_t)src % loom_dtype_size(dt) == 0) {
+    /* The caller is about to use these bytes: map them in now, in large
+     * reads, rather than one page fault at a time when first touched (and
+     * not in the middle of a training step). MADV_POPULATE_READ (Linux
+     * 5.14+) faults the range in; older kernels get the readahead hint. */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t first = (uintptr_t)src & ~(uintptr_t)(pg > 0 ? pg - 1 : 4095);
+    size_t span = nbytes + ((uintptr_t)src - first);
+    if (nbytes) {
+      madvise((void *)first, span, MADV_WILLNEED);  /* large asynchronous reads of a cold file */
+#ifdef MADV_POPULATE_READ
+      madvise((void *)first, span, MADV_POPULATE_READ);
+#endif
+    }
     atomic_fetch_add(&f->map->refcount, 1);
     loom_tensor *t = loom_tensor_wrap(src, nbytes, dev, e->ndim, e->shape, dt, map_tensor_release, f->map);
     if (!t) map_release(f->map);  /* the wrap failed before taking its reference */
