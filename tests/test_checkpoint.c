@@ -511,3 +511,55 @@ Test(checkpoint_kill, last_good_checkpoint_always_loads, .timeout = 300) {
   remove_dir();
   tk_leak_check();
 }
+
+/* ---- on a device ------------------------------------------------------------------------- */
+
+/* A model and its optimizer living on dev: the checkpoint holds their bytes
+ * (copied out through pinned staging on a GPU) and restores them there. */
+DEVICE_TEST(checkpoint_device, save_and_restore_a_model_on_the_device) {
+  make_dir();
+  int64_t hidden[1] = {8};
+  loom_manual_seed(11);
+  loom_module *a = loom_mlp_new(5, 1, hidden, 3, dev);
+  loom_manual_seed(12);
+  loom_module *b = loom_mlp_new(5, 1, hidden, 3, dev);
+  cr_assert(a && b, "%s", loom_last_error());
+  loom_tensor *pa[4], *pb[4];
+  for (int i = 0; i < 4; i++) pa[i] = loom_module_param(a, i), pb[i] = loom_module_param(b, i);
+  loom_optimizer *oa = loom_adamw_new(pa, 4, NULL), *ob = loom_adamw_new(pb, 4, NULL);
+  int64_t xs[2] = {6, 5}, ys[1] = {6};
+  int64_t labels[6] = {0, 1, 2, 0, 1, 2};
+  for (int s = 0; s < 3; s++) {
+    loom_scope_begin();
+    loom_tensor *loss = loom_cross_entropy(loom_module_forward(a, loom_randn(2, xs, LOOM_F32, dev)),
+                                           loom_from_host(labels, 1, ys, LOOM_I64, dev));
+    loom_optimizer_zero_grad(oa);
+    cr_assert_eq(loom_backward(loss), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_step(oa), LOOM_OK, "%s", loom_last_error());
+    loom_scope_end();
+  }
+  loom_train_state sa = {.size = sizeof sa, .model = a, .optimizer = oa, .step = 3};
+  loom_train_state sb = {.size = sizeof sb, .model = b, .optimizer = ob};
+  const char *p = path_in("dev.safetensors");
+  cr_assert_eq(loom_checkpoint_save(p, &sa), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_checkpoint_restore(p, &sb), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(sb.step, 3);
+  for (int i = 0; i < 4; i++) {
+    double *va = tk_read(pa[i]), *vb = tk_read(pb[i]);
+    for (int64_t k = 0; k < loom_tensor_numel(pa[i]); k++) cr_assert_eq(va[k], vb[k], "param %d [%lld]", i, (long long)k);
+    free(va), free(vb);
+    cr_assert(loom_device_eq(loom_tensor_device(pb[i]), dev));
+  }
+  /* A GPU load of the same file goes through pinned staging. */
+  loom_safetensors *f = loom_safetensors_open(p);
+  loom_tensor *w = loom_safetensors_get(f, "optim.0.weight.exp_avg", dev);
+  cr_assert_not_null(w, "%s", loom_last_error());
+  cr_assert(loom_device_eq(loom_tensor_device(w), dev));
+  loom_safetensors_close(f);
+  cr_assert_eq(loom_optimizer_steps(ob), 3);
+  loom_optimizer_free(oa);
+  loom_optimizer_free(ob);
+  loom_module_free(a);
+  loom_module_free(b);
+  remove_dir();
+}
