@@ -183,13 +183,16 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
         }
       }
     }
-    loom_optim_hparam hp[LOOM_OPTIM_MAX_HPARAMS];
-    int nh = loom_optim_hparams(s.optimizer, hp, LOOM_OPTIM_MAX_HPARAMS);
-    for (int i = 0; i < nh && st == LOOM_OK; i++) {
+    int nh = loom_optim_hparams(s.optimizer, NULL, 0); /* grows with parameter groups */
+    loom_optim_hparam *hp = malloc((size_t)nh * sizeof *hp);
+    if (!hp && st == LOOM_OK) st = loom_set_error(LOOM_ERR_OOM, "out of host memory");
+    if (hp) loom_optim_hparams(s.optimizer, hp, nh);
+    for (int i = 0; hp && i < nh && st == LOOM_OK; i++) {
       char key[LOOM_OPTIM_KEY_MAX + 8];
       snprintf(key, sizeof key, "optim.%.*s", LOOM_OPTIM_KEY_MAX - 1, hp[i].key);
       st = add_meta(&e, key, "%s", hp[i].value);
     }
+    free(hp);
   }
   if (s.scaler && st == LOOM_OK) {
     loom_scaler_state ss = {.size = sizeof ss};

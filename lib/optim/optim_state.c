@@ -41,12 +41,13 @@ void loom_optim_set_param_steps(loom_optimizer *o, int i, int64_t steps) {
 static void put(loom_optim_hparam *out, int cap, int *k, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static void put(loom_optim_hparam *out, int cap, int *k, const char *key, const char *fmt, ...) {
-  if (*k >= cap) return;
-  snprintf(out[*k].key, sizeof out[*k].key, "%s", key);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(out[*k].value, sizeof out[*k].value, fmt, ap);
-  va_end(ap);
+  if (*k < cap) { /* past cap: only counted, so a caller can size its array */
+    snprintf(out[*k].key, sizeof out[*k].key, "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out[*k].value, sizeof out[*k].value, fmt, ap);
+    va_end(ap);
+  }
   (*k)++;
 }
 

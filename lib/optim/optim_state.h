@@ -10,8 +10,7 @@
 #include "loom/optim.h"
 
 #define LOOM_OPTIM_MAX_SLOTS 2
-#define LOOM_OPTIM_MAX_HPARAMS 16
-#define LOOM_OPTIM_KEY_MAX 32
+#define LOOM_OPTIM_KEY_MAX 48
 #define LOOM_OPTIM_VALUE_MAX 40
 
 typedef struct loom_optim_hparam {
@@ -28,7 +27,8 @@ loom_tensor *loom_optim_param(const loom_optimizer *o, int i);
 int loom_optim_param_state(const loom_optimizer *o, int i, const char **names, loom_tensor **tensors);
 int64_t loom_optim_param_steps(const loom_optimizer *o, int i);
 /* Hyper-parameters and counters as text (doubles with 17 significant
- * digits, so they round-trip exactly); returns how many (<= cap). */
+ * digits, so they round-trip exactly): writes the first cap (out may be NULL
+ * when cap is 0) and returns how many there are in all. */
 int loom_optim_hparams(const loom_optimizer *o, loom_optim_hparam *out, int cap);
 
 /* Restore. lookup(ctx, key) returns the saved text or NULL. check verifies
