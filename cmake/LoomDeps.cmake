@@ -63,6 +63,12 @@ if(NOT LOOM_CUDA STREQUAL "OFF")
 endif()
 
 # --- jansson (JSON headers of safetensors checkpoints) ----------------------
+# jansson rather than cJSON: its parser rejects duplicate keys itself
+# (JSON_REJECT_DUPLICATES; the format forbids duplicate tensor names, and
+# cJSON keeps both and answers lookups with the first), holds integers as
+# 64-bit json_int_t (data_offsets past 2^53 stay exact and "1.5" is not an
+# integer; cJSON stores every number as a double), checks UTF-8, and reports
+# line/column for error messages.
 # Optional: without it libloom still builds, and the safetensors/checkpoint
 # calls fail with LOOM_ERR_UNSUPPORTED naming the package (the offline GPU
 # machine has no Debian packages). Linked by path so the installed package

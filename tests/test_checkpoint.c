@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nn/module_internal.h"
 #include "support/testkit.h"
 
 /* ---- a small, complete training setup ------------------------------------------- */
@@ -562,4 +563,60 @@ DEVICE_TEST(checkpoint_device, save_and_restore_a_model_on_the_device) {
   loom_module_free(a);
   loom_module_free(b);
   remove_dir();
+}
+
+/* ---- module buffers ------------------------------------------------------------------- */
+
+/* An MLP with BatchNorm-like buffers: an f32 vector on layer 0 and an i64
+ * scalar counter on the root. */
+static loom_module *mlp_with_buffers(uint64_t seed, int64_t nmean, float base, int64_t count) {
+  int64_t hidden[1] = {6};
+  loom_manual_seed(seed);
+  loom_module *m = loom_mlp_new(4, 1, hidden, 3, loom_cpu());
+  float mean[8];
+  for (int i = 0; i < 8; i++) mean[i] = base + 0.25f * (float)i;
+  cr_assert(m && nmean <= 8, "%s", loom_last_error());
+  cr_assert_eq(loom_module_add_buffer(loom_module_child(m, 0), "running_mean",
+                                      loom_from_host(mean, 1, &nmean, LOOM_F32, loom_cpu())), LOOM_OK,
+               "%s", loom_last_error());
+  cr_assert_eq(loom_module_add_buffer(m, "num_batches_tracked", loom_from_host(&count, 0, NULL, LOOM_I64, loom_cpu())),
+               LOOM_OK, "%s", loom_last_error());
+  return m;
+}
+
+Test(checkpoint, buffers_of_every_dtype_are_saved_and_restored) {
+  make_dir();
+  loom_module *a = mlp_with_buffers(1, 6, 1.5f, 37), *b = mlp_with_buffers(2, 6, -9.0f, 0);
+  const char *p = path_in("buffers.safetensors");
+  loom_train_state sa = {.size = sizeof sa, .model = a, .step = 4};
+  cr_assert_eq(loom_checkpoint_save(p, &sa), LOOM_OK, "%s", loom_last_error());
+  loom_safetensors *f = loom_safetensors_open(p);
+  cr_assert_not_null(f, "%s", loom_last_error());
+  cr_assert_geq(loom_safetensors_find(f, "model.0.running_mean"), 0);
+  int i = loom_safetensors_find(f, "model.num_batches_tracked");
+  cr_assert_geq(i, 0);
+  cr_assert_str_eq(loom_safetensors_dtype_name(f, i), "I64");
+  loom_safetensors_close(f);
+
+  loom_train_state sb = {.size = sizeof sb, .model = b};
+  cr_assert_eq(loom_checkpoint_restore(p, &sb), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_module_num_buffers(b), 2);
+  for (int k = 0; k < loom_module_num_buffers(a); k++) {
+    loom_tensor *ta = loom_module_buffer(a, k), *tb = loom_module_buffer(b, k);
+    cr_assert_eq(loom_tensor_dtype(ta), loom_tensor_dtype(tb));
+    cr_assert_eq(memcmp(loom_tensor_data(ta), loom_tensor_data(tb),
+                        (size_t)loom_tensor_numel(ta) * loom_dtype_size(loom_tensor_dtype(ta))), 0, "buffer %d", k);
+  }
+
+  /* A buffer of another shape: refused, named, nothing changed. */
+  loom_module *c = mlp_with_buffers(3, 8, 0.0f, 5);
+  float before[8];
+  memcpy(before, loom_tensor_data(loom_module_buffer(c, 0)), sizeof before);
+  loom_train_state sc = {.size = sizeof sc, .model = c};
+  cr_assert_neq(loom_checkpoint_restore(p, &sc), LOOM_OK);
+  cr_assert(strstr(loom_last_error(), "model.0.running_mean"), "%s", loom_last_error());
+  cr_assert_eq(memcmp(before, loom_tensor_data(loom_module_buffer(c, 0)), sizeof before), 0);
+  loom_module_free(a), loom_module_free(b), loom_module_free(c);
+  remove_dir();
+  tk_leak_check();
 }
