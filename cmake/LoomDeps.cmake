@@ -61,3 +61,33 @@ if(NOT LOOM_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "LOOM_CUDA=ON but no CUDA toolkit was found")
   endif()
 endif()
+
+# --- jansson (JSON headers of safetensors checkpoints) ----------------------
+# jansson rather than cJSON: its parser rejects duplicate keys itself
+# (JSON_REJECT_DUPLICATES; the format forbids duplicate tensor names, and
+# cJSON keeps both and answers lookups with the first), holds integers as
+# 64-bit json_int_t (data_offsets past 2^53 stay exact and "1.5" is not an
+# integer; cJSON stores every number as a double), checks UTF-8, and reports
+# line/column for error messages.
+# Optional: without it libloom still builds, and the safetensors/checkpoint
+# calls fail with LOOM_ERR_UNSUPPORTED naming the package (the offline GPU
+# machine has no Debian packages). Linked by path so the installed package
+# config needs no find module.
+set(LOOM_HAVE_JANSSON OFF)
+find_path(LOOM_JANSSON_INCLUDE jansson.h)
+find_library(LOOM_JANSSON_LIB NAMES jansson)
+if(LOOM_JANSSON_INCLUDE AND LOOM_JANSSON_LIB)
+  set(LOOM_HAVE_JANSSON ON)
+else()
+  message(STATUS "loom: jansson not found (Debian: libjansson-dev): safetensors checkpoints disabled")
+endif()
+
+# --- DLPack header ----------------------------------------------------------
+# Debian's libdlpack-dev (0.6 on Debian 12). Without it lib/io/dlpack_abi.h
+# declares the same ABI itself; DLManagedTensorVersioned (DLPack >= 1.0) is
+# declared there whenever the header found is older.
+find_path(LOOM_DLPACK_INCLUDE dlpack/dlpack.h)
+set(LOOM_HAVE_DLPACK_H OFF)
+if(LOOM_DLPACK_INCLUDE)
+  set(LOOM_HAVE_DLPACK_H ON)
+endif()

@@ -4,7 +4,9 @@
 #   2. the data and loader tests under ThreadSanitizer (in-process, see
 #      tests/support/criterion_or_tsan.h);
 #   3. a -Werror build (CUDA code included when nvcc is installed), ctest —
-#      last, so the final summary is the whole suite's.
+#      last, so the final summary is the whole suite's; it includes the
+#      Python package's pytest suite, run in a venv (system site packages +
+#      safetensors and ./python from pip).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
 set -euo pipefail
@@ -25,7 +27,14 @@ cmake -S "$ROOT" -B "$OUT/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=
 cmake --build "$OUT/tsan" -j"$JOBS" --target test_data test_loader
 (cd "$OUT/tsan" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_(data|loader)$")
 
+echo "== Python venv: Debian's numpy/torch/pytest, safetensors from PyPI (the package is installed after the build)"
+VENV="$OUT/venv"
+[ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check safetensors
+
 echo "== build (-Werror) and test"
-cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON >/dev/null
+cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON -DLOOM_PYTHON="$VENV/bin/python" >/dev/null
 cmake --build "$OUT/plain" -j"$JOBS"
+LOOM_LIBRARY="$OUT/plain/lib/libloom.so" "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
+  --no-deps --force-reinstall "$ROOT/python"
 (cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")

@@ -6,7 +6,12 @@
  *              [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]
  *              [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]
  *              [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]
- *              [--keep-last-fp32] [--quiet]
+ *              [--keep-last-fp32] [--quiet] [--save DIR [--save-every N] [--resume]]
+ *
+ * --save DIR writes DIR/checkpoint.safetensors (the whole training state,
+ * atomically) at the end and every N steps with --save-every; --resume
+ * continues from it when it exists (bit-identical to an uninterrupted run on
+ * the CPU with the same flags and thread count).
  *
  * LOOM_ALLOC_TRACE=path records the allocator trace (epoch markers at each
  * epoch's end) for bench_alloc_replay.
@@ -18,6 +23,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +54,9 @@ typedef struct options {
   int memory_stats;
   loom_precision precision;
   int keep_last_fp32;
+  const char *save_dir;
+  int64_t save_every;
+  int resume;
 } options;
 
 static double now_s(void) {
@@ -62,7 +71,7 @@ static void usage(FILE *f) {
           "                  [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]\n"
           "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
           "                  [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]\n"
-          "                  [--keep-last-fp32] [--quiet]\n"
+          "                  [--keep-last-fp32] [--quiet] [--save DIR [--save-every N] [--resume]]\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
@@ -93,6 +102,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
     if (!strcmp(a, "--keep-last-fp32")) { o->keep_last_fp32 = 1; continue; }
+    if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -107,6 +117,8 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--workers")) { if (!parse_i64(a, v, 0, &n)) return 0; o->workers = (int)n; }
     else if (!strcmp(a, "--train-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->train_limit = n; }
     else if (!strcmp(a, "--test-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->test_limit = n; }
+    else if (!strcmp(a, "--save-every")) { if (!parse_i64(a, v, 1, &n)) return 0; o->save_every = n; }
+    else if (!strcmp(a, "--save")) o->save_dir = v;
     else if (!strcmp(a, "--lr")) {
       char *end = NULL;
       o->lr = strtod(v, &end);
@@ -153,6 +165,10 @@ static int parse_args(int argc, char **argv, options *o) {
       usage(stderr);
       return 0;
     }
+  }
+  if ((o->resume || o->save_every) && !o->save_dir) {
+    fprintf(stderr, "loom-mnist: --resume and --save-every need --save DIR\n");
+    return 0;
   }
   return 1;
 }
@@ -340,6 +356,23 @@ int main(int argc, char **argv) {
   loom_lr_schedule sched = !strcmp(o.schedule, "cosine")
                                ? loom_lr_cosine(o.lr, steps_per_epoch / 2, steps_per_epoch * o.epochs, 0.0)
                                : loom_lr_constant(o.lr);
+  /* Checkpoints: one call saves and one restores everything that evolves. */
+  loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = opt, .scaler = scaler, .loader = train,
+                           .schedule = &sched};
+  char ckpt_path[4096] = "";
+  if (o.save_dir) {
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.safetensors", o.save_dir);
+    if (mkdir(o.save_dir, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "loom-mnist: cannot create --save %s: %s\n", o.save_dir, strerror(errno));
+      return 1;
+    }
+    if (o.resume && access(ckpt_path, F_OK) == 0) {
+      if (loom_checkpoint_restore(ckpt_path, &ckpt) != LOOM_OK) return fail("--resume");
+      if (!o.quiet) printf("resumed from %s at step %lld\n", ckpt_path, (long long)ckpt.step);
+    } else if (o.resume && !o.quiet) {
+      printf("no checkpoint in %s yet: starting from step 0\n", o.save_dir);
+    }
+  }
   if (!o.quiet) {
     printf("model: %s", loom_module_name(model));
     for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
@@ -362,8 +395,8 @@ int main(int argc, char **argv) {
 
   int tty = isatty(STDOUT_FILENO);
   double train_seconds = 0, accuracy = 0, wait_share = 0;
-  int64_t train_samples = 0, global_step = 0;
-  for (int epoch = 1; epoch <= o.epochs; epoch++) {
+  int64_t train_samples = 0, global_step = ckpt.step;
+  for (int epoch = (int)loom_loader_epoch(train) + 1; epoch <= o.epochs; epoch++) {
     loom_loader_stats_reset(train);
     double t0 = now_s(), loss_sum = 0, last_loss = 0;
     int64_t step = 0, epoch_samples = 0;
@@ -385,6 +418,10 @@ int main(int argc, char **argv) {
       step++;
       global_step++;
       epoch_samples += b;
+      if (o.save_every && global_step % o.save_every == 0) {
+        ckpt.step = global_step;
+        if (loom_checkpoint_save(ckpt_path, &ckpt) != LOOM_OK) return fail("--save");
+      }
       /* Reading the loss synchronizes with the device: do it sparingly. */
       if (step % 20 == 0 || step == steps_per_epoch) {
         if (loom_item(loss, &last_loss) != LOOM_OK) return fail("reading the loss");
@@ -415,6 +452,13 @@ int main(int argc, char **argv) {
               wait_share);
   }
   if (csv) fclose(csv);
+  if (loom_loader_epoch(train) + 1 > o.epochs && train_seconds == 0 && evaluate(model, test, in_features, &accuracy))
+    return 1;  /* resumed from a finished run: nothing trained, still report */
+  if (o.save_dir) {
+    ckpt.step = global_step;
+    if (loom_checkpoint_save(ckpt_path, &ckpt) != LOOM_OK) return fail("--save");
+    if (!o.quiet) printf("saved %s at step %lld\n", ckpt_path, (long long)global_step);
+  }
   if (o.memory_stats) {
     char *summary = loom_memory_summary(dev);
     if (summary) printf("%s", summary);

@@ -177,6 +177,15 @@ LOOM_API loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tens
 LOOM_API loom_status loom_loader_start_epoch(loom_loader *l, int64_t epoch);
 /* Current epoch number. */
 LOOM_API int64_t loom_loader_epoch(const loom_loader *l);
+/* Where the consumer stands, for checkpoints: *epoch, and *batch = batches
+ * of that epoch delivered so far (0..num_batches; num_batches: the next call
+ * reports the end of the epoch). Either pointer may be NULL. */
+LOOM_API loom_status loom_loader_position(const loom_loader *l, int64_t *epoch, int64_t *batch);
+/* Continue at (epoch, batch) as loom_loader_position reported it: the
+ * following batches are exactly those a loader that had delivered `batch`
+ * batches of `epoch` would deliver (batches prefetched for the old position
+ * are discarded). 0 <= batch <= loom_loader_num_batches. */
+LOOM_API loom_status loom_loader_seek(loom_loader *l, int64_t epoch, int64_t batch);
 /* Batches per epoch on this rank; samples per epoch on this rank. */
 LOOM_API int64_t loom_loader_num_batches(const loom_loader *l);
 LOOM_API int64_t loom_loader_num_samples(const loom_loader *l);

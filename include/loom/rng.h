@@ -50,6 +50,10 @@ LOOM_API void loom_rng_fill_normal(uint64_t seed, uint64_t offset, float *out, s
 LOOM_API void loom_manual_seed(uint64_t seed);
 /* Reserve ceil(n/4) counter blocks: returns the seed and the offset to use. */
 LOOM_API void loom_rng_global_reserve(size_t n, uint64_t *seed, uint64_t *offset);
+/* The global generator's state (seed, next offset), for checkpoints:
+ * set_state(get_state()) makes the following draws repeat exactly. */
+LOOM_API void loom_rng_get_state(uint64_t *seed, uint64_t *offset);
+LOOM_API void loom_rng_set_state(uint64_t seed, uint64_t offset);
 
 LOOM_EXTERN_C_END
 #endif

@@ -83,3 +83,18 @@ void loom_rng_global_reserve(size_t n, uint64_t *seed, uint64_t *offset) {
   if (seed) *seed = s;
   if (offset) *offset = o;
 }
+
+void loom_rng_get_state(uint64_t *seed, uint64_t *offset) {
+  pthread_mutex_lock(&g_rng_mu);
+  const uint64_t s = g_rng_seed, o = g_rng_offset;
+  pthread_mutex_unlock(&g_rng_mu);
+  if (seed) *seed = s;
+  if (offset) *offset = o;
+}
+
+void loom_rng_set_state(uint64_t seed, uint64_t offset) {
+  pthread_mutex_lock(&g_rng_mu);
+  g_rng_seed = seed;
+  g_rng_offset = offset;
+  pthread_mutex_unlock(&g_rng_mu);
+}

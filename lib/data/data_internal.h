@@ -63,6 +63,8 @@ loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holder
  * the buffer returns to the loader (after the compute stream is done with it
  * on a GPU), or is freed if the loader is gone. */
 void loom_loader_release_raw(loom_batch_buf *b);
+/* The loader's options (checkpoints record batch_size, seed and shuffle). */
+const loom_loader_options *loom_loader_get_options(const loom_loader *l);
 /* Shape/dtype/device of delivered batches (for wrapping). */
 /* Whether x batches are channels-last (loom_loader_options.channels_last). */
 bool loom_loader_channels_last(const loom_loader *l);

@@ -582,6 +582,36 @@ loom_status loom_loader_start_epoch(loom_loader *l, int64_t epoch) {
   return LOOM_OK;
 }
 
+loom_status loom_loader_seek(loom_loader *l, int64_t epoch, int64_t batch) {
+  if (!l) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_seek: loader is NULL");
+  if (epoch < 0) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_seek: epoch %lld is negative", (long long)epoch);
+  pthread_mutex_lock(&l->mu);
+  if (batch < 0 || batch > l->nbatches) {
+    int64_t nb = l->nbatches;
+    pthread_mutex_unlock(&l->mu);
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_seek: batch %lld is outside 0..%lld (batches per epoch)",
+                          (long long)batch, (long long)nb);
+  }
+  l->failed = true;
+  while (l->active_fills > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
+  epoch_begin(l, epoch);
+  /* A batch's contents depend only on (seed, epoch, batch number), so the
+   * ring simply starts further in. */
+  l->next_claim = l->next_deliver = batch;
+  pthread_mutex_unlock(&l->mu);
+  return LOOM_OK;
+}
+
+loom_status loom_loader_position(const loom_loader *l, int64_t *epoch, int64_t *batch) {
+  if (!l) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_position: loader is NULL");
+  pthread_mutex_lock((pthread_mutex_t *)&l->mu);
+  int64_t e = l->epoch, b = l->next_deliver;
+  pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+  if (epoch) *epoch = e;
+  if (batch) *batch = b;
+  return LOOM_OK;
+}
+
 int64_t loom_loader_epoch(const loom_loader *l) {
   if (!l) return 0;
   pthread_mutex_lock((pthread_mutex_t *)&l->mu);
@@ -605,6 +635,8 @@ int64_t loom_loader_num_samples(const loom_loader *l) {
   pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
   return n;
 }
+
+const loom_loader_options *loom_loader_get_options(const loom_loader *l) { return &l->o; }
 
 void loom_loader_out_info(const loom_loader *l, loom_dtype *x_dt, int *x_ndim, int64_t *x_shape, loom_dtype *y_dt,
                           bool *has_y, loom_device *dev) {

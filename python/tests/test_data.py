@@ -1,0 +1,73 @@
+"""Datasets and the loader from Python: arrays, IDX files, Python callbacks
+(called from loom's threads), errors, positions."""
+import os
+
+import numpy as np
+import pytest
+
+import loom
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def test_arrays_loader_is_deterministic_and_complete(no_leak):
+    x = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
+    y = np.arange(50, dtype=np.int64)
+    ds = loom.Dataset.from_arrays(x, y)
+    assert len(ds) == 50
+    np.testing.assert_array_equal(ds.read(7)[0], x[7])
+    a = loom.Loader(ds, batch_size=8, shuffle=True, seed=1, workers=2)
+    b = loom.Loader(ds, batch_size=8, shuffle=True, seed=1, workers=0)
+    assert len(a) == 7
+    seen = []
+    for (xa, ya), (xb, yb) in zip(a, b):
+        np.testing.assert_array_equal(xa.numpy(), xb.numpy())
+        np.testing.assert_array_equal(xa.numpy()[:, 0] / 3, ya.numpy())
+        seen += ya.tolist()
+    assert sorted(seen) == list(range(50))
+    assert a.epoch == 1  # the loop ran to the end of epoch 0
+    del a, b
+
+
+def test_seek_repeats_batches(no_leak):
+    x = np.arange(40, dtype=np.float32).reshape(40, 1)
+    loader = loom.Loader(loom.Dataset.from_arrays(x), batch_size=4, shuffle=True, seed=3)
+    first = [loader.next()[0].tolist() for _ in range(5)]
+    loader.seek(0, 2)
+    assert loader.position() == (0, 2)
+    assert [loader.next()[0].tolist() for _ in range(3)] == first[2:5]
+    del loader
+
+
+def test_python_callback_dataset(no_leak):
+    calls = []
+
+    def read(i):
+        calls.append(i)
+        return np.full((2, 2), i, dtype=np.float32), i % 2
+
+    ds = loom.Dataset.from_callback(10, read, x_shape=(2, 2))
+    loader = loom.Loader(ds, batch_size=5, workers=2)
+    batches = list(loader)
+    assert len(batches) == 2 and sorted(calls) == list(range(10))
+    assert batches[1][0].shape == (5, 2, 2) and batches[1][1].tolist() == [1, 0, 1, 0, 1]
+
+    def broken(i):
+        if i == 3:
+            raise ValueError("sample three is bad")
+        return np.zeros(2, dtype=np.float32), 0
+
+    loader = loom.Loader(loom.Dataset.from_callback(8, broken, x_shape=(2,)), batch_size=2, workers=2)
+    with pytest.raises(loom.Error, match="sample three is bad"):
+        list(loader)
+    del loader, batches
+
+
+@pytest.mark.skipif(not os.path.exists(FASHION), reason="dataset-fashion-mnist is not installed")
+def test_idx_files(no_leak):
+    ds = loom.Dataset.idx(f"{FASHION}/t10k-images-idx3-ubyte.gz", f"{FASHION}/t10k-labels-idx1-ubyte.gz")
+    assert len(ds) == 10000
+    x, y = ds.read(0)
+    assert x.shape == (28, 28) and x.dtype == np.uint8 and 0 <= int(y) <= 9
+    with pytest.raises(loom.Error, match="idx"):
+        loom.Dataset.idx(f"{FASHION}/t10k-labels-idx1-ubyte.gz", f"{FASHION}/t10k-images-idx3-ubyte.gz")
