@@ -623,3 +623,110 @@ Test(checkpoint, buffers_of_every_dtype_are_saved_and_restored) {
   remove_dir();
   tk_leak_check();
 }
+
+/* ---- parameter groups and BatchNorm buffers ---------------------------------------------- */
+
+/* A ResNet-20 (BatchNorm buffers, i64 num_batches_tracked) trained two steps
+ * with SGD in two parameter groups of their own lr and weight decay. */
+static loom_module *grouped_resnet(uint64_t seed, loom_optimizer **opt, double lr1, double wd1) {
+  loom_manual_seed(seed);
+  loom_module *m = loom_resnet_new(LOOM_RESNET20, NULL, loom_cpu());
+  loom_sgd_options so = loom_sgd_defaults();
+  so.lr = 0.1, so.momentum = 0.9, so.weight_decay = 5e-4;
+  *opt = m ? loom_sgd_new_for_module(m, &so) : NULL;
+  if (*opt) {
+    loom_optimizer_set_group_lr(*opt, 1, lr1);
+    loom_optimizer_set_group_weight_decay(*opt, 1, wd1);
+  }
+  return m;
+}
+
+static void train_resnet_steps(loom_module *m, loom_optimizer *o, int n) {
+  int64_t xs[4] = {2, 3, 8, 8}, ys[1] = {2}, labels[2] = {3, 7};
+  for (int s = 0; s < n; s++) {
+    loom_scope_begin();
+    loom_tensor *loss = loom_cross_entropy(loom_module_forward(m, loom_randn(4, xs, LOOM_F32, loom_cpu())),
+                                           loom_from_host(labels, 1, ys, LOOM_I64, loom_cpu()));
+    loom_optimizer_zero_grad(o);
+    cr_assert_eq(loom_backward(loss), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_step(o), LOOM_OK, "%s", loom_last_error());
+    loom_scope_end();
+  }
+}
+
+Test(checkpoint, parameter_groups_and_batchnorm_buffers_round_trip) {
+  make_dir();
+  loom_optimizer *oa, *ob;
+  loom_module *a = grouped_resnet(1, &oa, 0.03, 0.0);
+  cr_assert(a && oa, "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_num_groups(oa), 2);
+  train_resnet_steps(a, oa, 2);
+  loom_optimizer_set_group_lr(oa, 0, 0.07);  /* as a schedule would */
+  loom_train_state sa = {.size = sizeof sa, .model = a, .optimizer = oa, .step = 2};
+  const char *p = path_in("groups.safetensors");
+  cr_assert_eq(loom_checkpoint_save(p, &sa), LOOM_OK, "%s", loom_last_error());
+
+  /* Per-group hyper-parameters are in the metadata, readable by other tools. */
+  loom_safetensors *f = loom_safetensors_open(p);
+  cr_assert_not_null(f, "%s", loom_last_error());
+  cr_assert_str_eq(loom_safetensors_metadata(f, "optim.param_groups"), "2");
+  cr_assert_str_eq(loom_safetensors_metadata(f, "optim.param_groups.1.lr"), "0.029999999999999999");
+  cr_assert_str_eq(loom_safetensors_metadata(f, "optim.param_groups.1.weight_decay"), "0");
+  cr_assert_str_eq(loom_safetensors_metadata(f, "optim.param_groups.0.lr"), "0.070000000000000007");
+  cr_assert_geq(loom_safetensors_find(f, "model.bn1.running_mean"), 0);
+  cr_assert_geq(loom_safetensors_find(f, "model.bn1.num_batches_tracked"), 0);
+  loom_safetensors_close(f);
+
+  /* Restored into a fresh model whose groups have other values. */
+  loom_module *b = grouped_resnet(2, &ob, 0.5, 0.25);
+  cr_assert(b && ob, "%s", loom_last_error());
+  loom_train_state sb = {.size = sizeof sb, .model = b, .optimizer = ob};
+  cr_assert_eq(loom_checkpoint_restore(p, &sb), LOOM_OK, "%s", loom_last_error());
+  for (int g = 0; g < 2; g++) {
+    cr_assert_eq(loom_optimizer_get_group_lr(ob, g), loom_optimizer_get_group_lr(oa, g), "group %d lr", g);
+    cr_assert_eq(loom_optimizer_get_group_weight_decay(ob, g), loom_optimizer_get_group_weight_decay(oa, g),
+                 "group %d weight decay", g);
+  }
+  cr_assert_eq(loom_optimizer_get_lr(ob), 0.07);
+  cr_assert_gt(loom_module_num_buffers(a), 0);
+  for (int i = 0; i < loom_module_num_buffers(a); i++) {
+    double *va = tk_read(loom_module_buffer(a, i)), *vb = tk_read(loom_module_buffer(b, i));
+    for (int64_t k = 0; k < loom_tensor_numel(loom_module_buffer(a, i)); k++)
+      cr_assert_eq(va[k], vb[k], "buffer %d [%lld]", i, (long long)k);
+    free(va), free(vb);
+  }
+  /* Both continue identically. */
+  uint64_t seed, off;
+  loom_rng_get_state(&seed, &off);
+  train_resnet_steps(a, oa, 1);
+  loom_rng_set_state(seed, off);
+  train_resnet_steps(b, ob, 1);
+  for (int i = 0; i < loom_module_num_params(a); i++) {
+    double *va = tk_read(loom_module_param(a, i)), *vb = tk_read(loom_module_param(b, i));
+    for (int64_t k = 0; k < loom_tensor_numel(loom_module_param(a, i)); k++)
+      cr_assert_eq(va[k], vb[k], "param %d [%lld]", i, (long long)k);
+    free(va), free(vb);
+  }
+
+  /* Other groups: refused with a message, nothing changed. */
+  loom_manual_seed(3);
+  loom_module *c = loom_resnet_new(LOOM_RESNET20, NULL, loom_cpu());
+  int np = loom_module_num_params(c);
+  loom_tensor **pc = malloc((size_t)np * sizeof *pc);
+  for (int i = 0; i < np; i++) pc[i] = loom_module_param(c, i);
+  loom_optimizer *oc = loom_sgd_new(pc, np, NULL);
+  double before = loom_optimizer_get_lr(oc);
+  double *w0 = tk_read(pc[0]);
+  loom_train_state sc = {.size = sizeof sc, .model = c, .optimizer = oc};
+  cr_assert_eq(loom_checkpoint_restore(p, &sc), LOOM_ERR_INVALID_ARG);
+  cr_assert(strstr(loom_last_error(), "2 parameter group(s) but this one has 1"), "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_get_lr(oc), before);
+  double *w1 = tk_read(pc[0]);
+  cr_assert_eq(memcmp(w0, w1, sizeof(double) * (size_t)loom_tensor_numel(pc[0])), 0);
+  free(w0), free(w1), free(pc);
+
+  loom_optimizer_free(oa), loom_optimizer_free(ob), loom_optimizer_free(oc);
+  loom_module_free(a), loom_module_free(b), loom_module_free(c);
+  remove_dir();
+  tk_leak_check();
+}

@@ -105,7 +105,10 @@ LOOM_API const char *loom_safetensors_metadata(const loom_safetensors *f, const 
  * and in __metadata__ (decimal text; doubles with 17 significant digits):
  *   loom.checkpoint = "1", step, rng.seed, rng.offset (the Philox generator
  *   every device draws from), optim.type and the optimizer's
- *   hyper-parameters and counters (optim.lr, optim.beta1, ...),
+ *   hyper-parameters and counters (optim.lr, optim.beta1, ...), its
+ *   parameter groups (optim.param_groups = count, and per group g
+ *   optim.param_groups.<g>.params / .lr / .weight_decay; restore needs the
+ *   same groups),
  *   scaler.* (loom_scaler_state), loader.epoch and loader.batch (position)
  *   with loader.batch_size / batches_per_epoch / seed / shuffle (checked on
  *   restore), and schedule.* (the LR schedule; its position is `step`).

@@ -5,6 +5,7 @@
  * changing any of them. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,7 @@ static const char *schedule_kind_name(int k) {
     case LOOM_LR_CONSTANT: return "constant";
     case LOOM_LR_STEP: return "step";
     case LOOM_LR_COSINE: return "cosine";
+    case LOOM_LR_ONE_CYCLE: return "one_cycle";
   }
   return "unknown";
 }
@@ -165,6 +167,7 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
   if (st == LOOM_OK) st = add_meta(&e, "rng.seed", "%llu", (unsigned long long)seed);
   if (st == LOOM_OK) st = add_meta(&e, "rng.offset", "%llu", (unsigned long long)offset);
   /* Optimizer: state tensors and update counts per parameter, hyper-parameters. */
+  if (s.optimizer && st == LOOM_OK) st = loom_optim_sync_counts(s.optimizer);
   if (s.optimizer) {
     int n = loom_optim_num_params(s.optimizer);
     for (int i = 0; i < n && st == LOOM_OK; i++) {
@@ -224,6 +227,10 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
     if (st == LOOM_OK) st = add_meta(&e, "schedule.gamma", "%.17g", sc->gamma);
     if (st == LOOM_OK) st = add_meta(&e, "schedule.total_steps", "%lld", (long long)sc->total_steps);
     if (st == LOOM_OK) st = add_meta(&e, "schedule.min_lr", "%.17g", sc->min_lr);
+    if (sc->size >= offsetof(loom_lr_schedule, final_div_factor) + sizeof sc->final_div_factor) { /* one-cycle */
+      if (st == LOOM_OK) st = add_meta(&e, "schedule.div_factor", "%.17g", sc->div_factor);
+      if (st == LOOM_OK) st = add_meta(&e, "schedule.final_div_factor", "%.17g", sc->final_div_factor);
+    }
   }
   if (st == LOOM_OK)
     st = loom_safetensors_save(path, e.n, (const char *const *)e.names, e.tensors, e.n_meta,
@@ -451,6 +458,7 @@ static loom_status apply_all(loom_safetensors *f, loom_train_state *s, const pla
     loom_optim_hparams_apply(s->optimizer, lookup_prefixed, &lc);
     for (int i = 0; i < loom_optim_num_params(s->optimizer); i++)
       loom_optim_set_param_steps(s->optimizer, i, p->param_steps[i]);
+    loom_optim_counts_restored(s->optimizer);
   }
   if (s->scaler) LOOM_TRY(loom_scaler_state_restore(s->scaler, &p->scaler));
   if (s->loader) LOOM_TRY(loom_loader_seek(s->loader, p->epoch, p->batch));

@@ -3,6 +3,7 @@
  * the hyper-parameters as text. Kept apart from optimizer.c, which only
  * steps. */
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +12,9 @@
 
 #include "optim/optim_internal.h"
 #include "optim/optim_state.h"
+#ifdef LOOM_HAVE_CUDA
+#include "optim/optim_kernels.h"
+#endif
 
 int loom_optim_num_params(const loom_optimizer *o) { return o ? o->n : 0; }
 
@@ -30,12 +34,36 @@ int loom_optim_param_state(const loom_optimizer *o, int i, const char **names, l
   return k;
 }
 
+loom_status loom_optim_sync_counts(const loom_optimizer *o) {
+  if (!o) return LOOM_OK;
+  (void)loom_optimizer_steps(o); /* reads device-held counts back (CUDA, scaler-guarded steps) */
+#ifdef LOOM_HAVE_CUDA
+  if (o->counts_on_device)
+    return loom_error_prefix("optimizer state: reading the step counts back from the GPU");
+#endif
+  return LOOM_OK;
+}
+
 int64_t loom_optim_param_steps(const loom_optimizer *o, int i) {
   return (o && i >= 0 && i < o->n) ? o->param_steps[i] : 0;
 }
 
 void loom_optim_set_param_steps(loom_optimizer *o, int i, int64_t steps) {
   if (o && i >= 0 && i < o->n) o->param_steps[i] = steps;
+}
+
+void loom_optim_counts_restored(loom_optimizer *o) {
+#ifdef LOOM_HAVE_CUDA
+  /* The device step state was seeded from the old host counts: drop it; the
+   * next step builds it again from the restored ones. */
+  if (o && o->cuda) {
+    loom_cuda_opt_free(o->cuda);
+    o->cuda = NULL;
+  }
+  if (o) o->counts_on_device = false;
+#else
+  (void)o;
+#endif
 }
 
 static void put(loom_optim_hparam *out, int cap, int *k, const char *key, const char *fmt, ...)
@@ -67,6 +95,19 @@ int loom_optim_hparams(const loom_optimizer *o, loom_optim_hparam *out, int cap)
     put(out, cap, &k, "dampening", "%.17g", o->sgd.dampening);
     put(out, cap, &k, "weight_decay", "%.17g", o->sgd.weight_decay);
     put(out, cap, &k, "nesterov", "%d", o->sgd.nesterov ? 1 : 0);
+  }
+  /* Parameter groups (PyTorch's param_groups): their sizes, lr and weight
+   * decay. "lr" above is group 0's; "weight_decay" the optimizer option that
+   * new groups default to. */
+  put(out, cap, &k, "param_groups", "%d", o->n_groups);
+  for (int g = 0; g < o->n_groups; g++) {
+    char key[LOOM_OPTIM_KEY_MAX];
+    snprintf(key, sizeof key, "param_groups.%d.params", g);
+    put(out, cap, &k, key, "%d", o->groups[g].n);
+    snprintf(key, sizeof key, "param_groups.%d.lr", g);
+    put(out, cap, &k, key, "%.17g", o->groups[g].lr);
+    snprintf(key, sizeof key, "param_groups.%d.weight_decay", g);
+    put(out, cap, &k, key, "%.17g", o->groups[g].weight_decay);
   }
   return k;
 }
@@ -104,6 +145,41 @@ static loom_status need_double(loom_optim_lookup lookup, void *ctx, const char *
   return LOOM_OK;
 }
 
+/* The saved groups must match o's: same count, same sizes in the same
+ * order (state is matched per parameter by name; groups by position). A
+ * checkpoint without groups (written before they existed) is one group. */
+static loom_status groups_check(const loom_optimizer *o, loom_optim_lookup lookup, void *ctx) {
+  const char *s = lookup(ctx, "param_groups");
+  int64_t ng = 1;
+  if (s && (!parse_i64(s, &ng) || ng < 1))
+    return loom_set_error(LOOM_ERR_FORMAT, "optimizer state: optim.param_groups = '%s' is not a count", s);
+  if (ng != o->n_groups)
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "optimizer state: the checkpoint's optimizer has %lld parameter group(s) but this one has %d; "
+                          "create the same groups (loom_optimizer_add_param_group) before restoring",
+                          (long long)ng, o->n_groups);
+  if (!s) return LOOM_OK;
+  for (int g = 0; g < o->n_groups; g++) {
+    char key[LOOM_OPTIM_KEY_MAX];
+    int64_t n;
+    snprintf(key, sizeof key, "param_groups.%d.params", g);
+    const char *c = lookup(ctx, key);
+    if (!parse_i64(c, &n) || n < 0)
+      return loom_set_error(LOOM_ERR_FORMAT, "optimizer state: optim.%s = '%s' is not a count", key,
+                            c ? c : "(missing)");
+    if (n != o->groups[g].n)
+      return loom_set_error(LOOM_ERR_INVALID_ARG,
+                            "optimizer state: parameter group %d has %lld parameters in the checkpoint but %d here", g,
+                            (long long)n, o->groups[g].n);
+    double v;
+    snprintf(key, sizeof key, "param_groups.%d.lr", g);
+    LOOM_TRY(need_double(lookup, ctx, key, 0, INFINITY, &v));
+    snprintf(key, sizeof key, "param_groups.%d.weight_decay", g);
+    LOOM_TRY(need_double(lookup, ctx, key, 0, INFINITY, &v));
+  }
+  return LOOM_OK;
+}
+
 loom_status loom_optim_hparams_check(const loom_optimizer *o, loom_optim_lookup lookup, void *ctx) {
   const char *type = lookup(ctx, "type");
   const char *mine = o->kind == LOOM_OPTIM_ADAMW ? "adamw" : "sgd";
@@ -118,6 +194,7 @@ loom_status loom_optim_hparams_check(const loom_optimizer *o, loom_optim_lookup 
   double v;
   LOOM_TRY(need_double(lookup, ctx, "lr", 0, INFINITY, &v));
   LOOM_TRY(need_double(lookup, ctx, "weight_decay", 0, INFINITY, &v));
+  LOOM_TRY(groups_check(o, lookup, ctx));
   if (o->kind == LOOM_OPTIM_ADAMW) {
     LOOM_TRY(need_double(lookup, ctx, "beta1", 0, nextafter(1.0, 0.0), &v));
     LOOM_TRY(need_double(lookup, ctx, "beta2", 0, nextafter(1.0, 0.0), &v));
@@ -162,4 +239,21 @@ void loom_optim_hparams_apply(loom_optimizer *o, loom_optim_lookup lookup, void 
     parse_double(lookup(ctx, "weight_decay"), &o->sgd.weight_decay);
     o->sgd.nesterov = !strcmp(lookup(ctx, "nesterov"), "1");
   }
+  const double wd = o->kind == LOOM_OPTIM_ADAMW ? o->adamw.weight_decay : o->sgd.weight_decay;
+  const bool has_groups = lookup(ctx, "param_groups") != NULL;
+  for (int g = 0; g < o->n_groups; g++) {
+    if (!has_groups) { /* an older single-group checkpoint: its top-level values */
+      o->groups[g].lr = o->lr;
+      o->groups[g].weight_decay = wd;
+      continue;
+    }
+    char key[LOOM_OPTIM_KEY_MAX];
+    snprintf(key, sizeof key, "param_groups.%d.lr", g);
+    parse_double(lookup(ctx, key), &o->groups[g].lr);
+    snprintf(key, sizeof key, "param_groups.%d.weight_decay", g);
+    parse_double(lookup(ctx, key), &o->groups[g].weight_decay);
+  }
+  o->lr = o->groups[0].lr;
+  if (o->kind == LOOM_OPTIM_ADAMW) o->adamw.lr = o->lr;
+  else o->sgd.lr = o->lr;
 }

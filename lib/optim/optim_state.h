@@ -25,6 +25,9 @@ loom_tensor *loom_optim_param(const loom_optimizer *o, int i);
  * (name, tensor) pairs (borrowed; f32, the parameter's shape); returns how
  * many. */
 int loom_optim_param_state(const loom_optimizer *o, int i, const char **names, loom_tensor **tensors);
+/* Bring step counts a GPU step kept on the device back to the host (a
+ * wait); call before reading steps and per-parameter counts. */
+loom_status loom_optim_sync_counts(const loom_optimizer *o);
 int64_t loom_optim_param_steps(const loom_optimizer *o, int i);
 /* Hyper-parameters and counters as text (doubles with 17 significant
  * digits, so they round-trip exactly): writes the first cap (out may be NULL
@@ -39,5 +42,7 @@ typedef const char *(*loom_optim_lookup)(void *ctx, const char *key);
 loom_status loom_optim_hparams_check(const loom_optimizer *o, loom_optim_lookup lookup, void *ctx);
 void loom_optim_hparams_apply(loom_optimizer *o, loom_optim_lookup lookup, void *ctx);
 void loom_optim_set_param_steps(loom_optimizer *o, int i, int64_t steps);
+/* After every count was set: forget device copies of the old counts. */
+void loom_optim_counts_restored(loom_optimizer *o);
 
 #endif
