@@ -1,5 +1,5 @@
 # Finds loom's dependencies: threads, OpenMP, zlib, CBLAS (OpenBLAS), CUDA
-# toolkit (cudart, cuBLAS, cuBLASLt), cuDNN and NCCL.
+# toolkit (cudart, cuBLAS, cuBLASLt), cuDNN and NCCL, MPI (C bindings).
 find_package(Threads REQUIRED)
 find_package(OpenMP COMPONENTS C)
 find_package(ZLIB REQUIRED)
@@ -45,5 +45,22 @@ if(NOT LOOM_CUDA STREQUAL "OFF")
   endif()
   if(NOT LOOM_HAVE_CUDA AND LOOM_CUDA STREQUAL "ON")
     message(FATAL_ERROR "LOOM_CUDA=ON but no CUDA toolkit was found")
+  endif()
+endif()
+
+# --- MPI (lib/dist's CPU back end and the NCCL id exchange) -----------------
+set(LOOM_HAVE_MPI OFF)
+if(NOT LOOM_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS C)
+  if(MPI_C_FOUND)
+    set(LOOM_HAVE_MPI ON)
+    # How tests launch ranks: OpenMPI needs --oversubscribe to run more ranks
+    # than cores (CI: 2 ranks, often fewer free cores); MPICH allows it.
+    set(LOOM_MPIEXEC_FLAGS "")
+    if(MPI_C_LIBRARY_VERSION_STRING MATCHES "Open MPI")
+      set(LOOM_MPIEXEC_FLAGS --oversubscribe)
+    endif()
+  elseif(LOOM_MPI STREQUAL "ON")
+    message(FATAL_ERROR "LOOM_MPI=ON but no MPI was found (install libopenmpi-dev or libmpich-dev)")
   endif()
 endif()

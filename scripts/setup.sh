@@ -5,6 +5,8 @@ set -euo pipefail
 
 LOOM_APT_PACKAGES=(build-essential cmake pkg-config zlib1g-dev libopenblas-dev libopenblas-openmp-dev
                    libcriterion-dev libomp-dev dataset-fashion-mnist)
+# lib/dist's MPI back end and its multi-process tests (tests/dist).
+LOOM_APT_PACKAGES+=(libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${LOOM_APT_PACKAGES[@]}" "$@"; do

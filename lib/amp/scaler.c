@@ -22,7 +22,16 @@ struct loom_grad_scaler {
   bool unscaled;
   bool found_inf;
   const loom_optimizer *unscaled_for;
+  /* lib/dist: agrees found_inf across ranks (NULL: one process). */
+  loom_amp_found_inf_reduce reduce_found_inf;
+  void *reduce_user;
 };
+
+void loom_amp_scaler_set_found_inf_reduce(loom_grad_scaler *s, loom_amp_found_inf_reduce fn, void *user) {
+  if (!s) return;
+  s->reduce_found_inf = fn;
+  s->reduce_user = fn ? user : NULL;
+}
 
 loom_scaler_options loom_scaler_defaults(void) {
   loom_scaler_options o = {sizeof(loom_scaler_options), 65536.0, 2.0, 0.5, 2000, 1.0, 16777216.0, true};
@@ -85,6 +94,7 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
 static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
   bool inf = false;
   LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf));
+  if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, &inf));
   s->unscaled = true;
   s->found_inf = inf;
   s->unscaled_for = o;
