@@ -451,8 +451,30 @@ loom_status loom_ddp_sync(loom_ddp *d) {
 
 /* ---- the loss scaler's found-inf ----------------------------------------------------- */
 
-static loom_status reduce_found_inf(void *user, bool *found_inf) {
+/* The CUDA scaler keeps its flag in device memory: MAX-reduce a copy of it
+ * in stream order (compute -> communication stream -> compute), no host wait.
+ * NOTE: never run (no GPU here). */
+static loom_status reduce_found_inf_device(loom_ddp *d, int32_t *found_dev, loom_device dev) {
+  if (!loom_device_eq(dev, d->c->device))
+    return loom_set_error(LOOM_ERR_DEVICE, "loss scaler: its gradients are on another device than the communicator's");
+  int64_t one = 1;
+  loom_scope_begin();
+  loom_tensor *flag_view = loom_tensor_view_raw(found_dev, LOOM_I32, 1, &one, dev);
+  loom_tensor *flag = loom_tensor_alloc_raw(1, &one, LOOM_I32, dev);
+  loom_status st = flag_view && flag ? loom_copy_(flag, flag_view) : loom_last_status();
+  if (st == LOOM_OK) st = loom_comm_all_reduce(d->c, flag, LOOM_REDUCE_MAX);
+  if (st == LOOM_OK) st = loom_comm_wait(d->c);
+  if (st == LOOM_OK) st = loom_copy_(flag_view, flag);
+  loom_tensor_release(flag_view);
+  loom_tensor_release(flag);
+  loom_scope_end();
+  if (st != LOOM_OK) return loom_error_prefix("loss scaler: agreeing found-inf across ranks");
+  return LOOM_OK;
+}
+
+static loom_status reduce_found_inf(void *user, bool *found_inf, int32_t *found_dev, loom_device dev) {
   loom_ddp *d = user;
+  if (found_dev) return reduce_found_inf_device(d, found_dev, dev);
   int32_t v = *found_inf ? 1 : 0;
   int64_t one = 1;
   loom_scope_begin();
