@@ -38,6 +38,8 @@
  *   LOOM_DIST_INIT=mpi|file:/path|single   options.init
  *   LOOM_DIST_RANK, LOOM_DIST_WORLD_SIZE    options.rank, options.world_size
  *                                           (file rendezvous without MPI)
+ *   LOOM_DIST_LOCAL_RANK                    options.device (which local GPU a
+ *                                           file-rendezvous rank drives)
  *   LOOM_DIST_TIMEOUT=seconds               options.timeout_s, loom_comm_set_timeout
  * Unknown values are errors.
  *
