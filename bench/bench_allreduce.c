@@ -64,7 +64,10 @@ int main(int argc, char **argv) {
   if (loom_device_parse(device, &dev) != LOOM_OK) return fail("device");
   loom_comm_options co = loom_comm_defaults();
   co.device = dev;
-  if (dev.kind == LOOM_CUDA) co.device.index = -1;  /* the GPU of this local rank */
+  if (dev.kind == LOOM_CUDA) {
+    co.device.index = -1;            /* the GPU of this local rank */
+    co.backend = LOOM_COMM_NCCL;     /* also unlaunched: a one-rank NCCL communicator */
+  }
   co.timeout_s = 600;
   loom_comm *c = NULL;
   if (loom_comm_init(&co, &c) != LOOM_OK) return fail("comm_init");
