@@ -1,6 +1,6 @@
 # Finds loom's dependencies: threads, OpenMP, zlib, CBLAS (OpenBLAS), CUDA
-# toolkit (cudart, cuBLAS, cuBLASLt), cuDNN and NCCL. Only threads are
-# required: a plain configure needs a C compiler and CMake.
+# toolkit (cudart, cuBLAS, cuBLASLt), cuDNN and NCCL, MPI (C bindings). Only
+# threads are required: a plain configure needs a C compiler and CMake.
 find_package(Threads REQUIRED)
 find_package(OpenMP COMPONENTS C)
 # zlib (ZLIB_ROOT is honoured): gzip dataset files. Without it loom reads raw
@@ -90,4 +90,21 @@ find_path(LOOM_DLPACK_INCLUDE dlpack/dlpack.h)
 set(LOOM_HAVE_DLPACK_H OFF)
 if(LOOM_DLPACK_INCLUDE)
   set(LOOM_HAVE_DLPACK_H ON)
+endif()
+
+# --- MPI (lib/dist's CPU back end and the NCCL id exchange) -----------------
+set(LOOM_HAVE_MPI OFF)
+if(NOT LOOM_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS C)
+  if(MPI_C_FOUND)
+    set(LOOM_HAVE_MPI ON)
+    # How tests launch ranks: OpenMPI needs --oversubscribe to run more ranks
+    # than cores (CI: 2 ranks, often fewer free cores); MPICH allows it.
+    set(LOOM_MPIEXEC_FLAGS "")
+    if(MPI_C_LIBRARY_VERSION_STRING MATCHES "Open MPI")
+      set(LOOM_MPIEXEC_FLAGS --oversubscribe)
+    endif()
+  elseif(LOOM_MPI STREQUAL "ON")
+    message(FATAL_ERROR "LOOM_MPI=ON but no MPI was found (install libopenmpi-dev or libmpich-dev)")
+  endif()
 endif()

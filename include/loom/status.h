@@ -26,6 +26,8 @@ typedef enum loom_status {
   LOOM_ERR_STATE = 10,       /* call not allowed now (e.g. after init) */
   LOOM_ERR_INTERNAL = 11,    /* a bug in loom: please report */
   LOOM_ERR_NULL_INPUT = 12,  /* an input tensor was NULL (earlier failure) */
+  LOOM_ERR_COMM = 13,        /* a collective failed: timed out (another rank failed or
+                                stopped), an MPI/NCCL error, or the communicator was aborted */
 } loom_status;
 
 /* Message of the last failure on this thread ("" if none). Valid until the

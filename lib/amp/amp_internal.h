@@ -54,4 +54,13 @@ void loom_amp_zero_copy_grads(loom_tensor *const *params, int n);
 struct loom_optimizer;
 loom_status loom_amp_fill_lowp(struct loom_optimizer *o, loom_param_group *g, uint16_t **lowp);
 
+/* Data parallelism (lib/dist): a callback the scaler calls right after each
+ * unscale + finite check, to agree the found-inf flag across ranks (every
+ * rank then skips, or steps, together). On the host path found_inf is the
+ * host flag (found_dev NULL); on the CUDA path found_dev is the scaler's
+ * int32 flag in device memory on dev (found_inf NULL), to be reduced in
+ * stream order without a host wait. NULL fn detaches. */
+typedef loom_status (*loom_amp_found_inf_reduce)(void *user, bool *found_inf, int32_t *found_dev, loom_device dev);
+void loom_amp_scaler_set_found_inf_reduce(loom_grad_scaler *s, loom_amp_found_inf_reduce fn, void *user);
+
 #endif

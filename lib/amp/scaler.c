@@ -38,6 +38,9 @@ struct loom_grad_scaler {
   bool unscaled;
   bool found_inf;
   const loom_optimizer *unscaled_for;
+  /* lib/dist: agrees found_inf across ranks (NULL: one process). */
+  loom_amp_found_inf_reduce reduce_found_inf;
+  void *reduce_user;
 #ifdef LOOM_HAVE_CUDA
   /* The device state (NULL until the scaler first meets a CUDA tensor) and
    * whether the fields above lag behind it. */
@@ -47,6 +50,12 @@ struct loom_grad_scaler {
   struct loom_dev_table *unscale_table;
 #endif
 };
+
+void loom_amp_scaler_set_found_inf_reduce(loom_grad_scaler *s, loom_amp_found_inf_reduce fn, void *user) {
+  if (!s) return;
+  s->reduce_found_inf = fn;
+  s->reduce_user = fn ? user : NULL;
+}
 
 loom_scaler_options loom_scaler_defaults(void) {
   loom_scaler_options o = {sizeof(loom_scaler_options), 65536.0, 2.0, 0.5, 2000, 1.0, 16777216.0, true};
@@ -213,6 +222,7 @@ static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
     /* Scale and verdict stay on the device (found_inf is not known here). */
     LOOM_TRY(on_device(s, o->device));
     LOOM_TRY(loom_amp_unscale_grads_device(o->params, o->n, &s->d->inv_scale, &s->d->found_inf, &s->unscale_table));
+    if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, NULL, &s->d->found_inf, o->device));
     s->unscaled = true;
     s->found_inf = false;
     s->unscaled_for = o;
@@ -221,6 +231,7 @@ static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
 #endif
   bool inf = false;
   LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf, NULL));
+  if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, &inf, NULL, o->device));
   s->unscaled = true;
   s->found_inf = inf;
   s->unscaled_for = o;

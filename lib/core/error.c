@@ -73,6 +73,7 @@ const char *loom_status_name(loom_status s) {
     case LOOM_ERR_STATE: return "LOOM_ERR_STATE";
     case LOOM_ERR_INTERNAL: return "LOOM_ERR_INTERNAL";
     case LOOM_ERR_NULL_INPUT: return "LOOM_ERR_NULL_INPUT";
+    case LOOM_ERR_COMM: return "LOOM_ERR_COMM";
   }
   return "LOOM_ERR_UNKNOWN";
 }

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include "ops/cpu/gemm.h"
+#include "ops/cpu_threads.h"
 #include "ops/op.h"
 
 static int g_threads = 0;
@@ -12,6 +13,8 @@ void loom_set_num_threads(int n) {
   omp_set_num_threads(n);
   loom_cpu_gemm_set_threads(n);
 }
+
+bool loom_cpu_threads_explicit(void) { return g_threads > 0; }
 
 int loom_get_num_threads(void) { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
 
