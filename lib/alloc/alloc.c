@@ -217,6 +217,7 @@ static loom_status create_locked(int slot) {
   cfg.preallocate = o->preallocate_fraction;
   cfg.history = o->history;
   cfg.poison = prov->host_accessible;
+  cfg.expandable = o->expandable_segments && slot != SLOT_PINNED;
   if (slot != SLOT_PINNED) {
     loom_device dev = slot == SLOT_CPU ? loom_cpu() : loom_cuda(slot - SLOT_CUDA0);
     cfg.arena_stream = loom_stream_current(dev);
@@ -264,6 +265,9 @@ static loom_status apply_locked(int slot) {
   if ((o->preallocate_fraction > 0) != (loom_pool_preallocated(p) != 0))
     return loom_set_error(LOOM_ERR_STATE, "%s: preallocation cannot change after the device's first allocation; set "
                           "LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
+  if (slot != SLOT_PINNED && (o->expandable_segments != 0) != (loom_pool_expandable(p) != 0))
+    return loom_set_error(LOOM_ERR_STATE, "%s: expandable_segments cannot change after the device's first allocation; "
+                          "set LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
   return loom_pool_set_controls(p, limit, o->max_split_size, o->gc_threshold, o->history);
 }
 

@@ -58,7 +58,10 @@ static loom_status oom_fail(loom_pool *p, size_t n, size_t size, size_t seg_size
   char req[32], al[32], rs[32], lim[32], fre[32], tt[32], lg[32], un[32], sp[32], sg[32];
   int64_t unalloc = p->st.reserved_bytes[0].current - p->st.active_bytes[0].current;
   char how[384];
-  if (p->arena)
+  if (p->cfg.expandable)
+    snprintf(how, sizeof how, "growing an expandable segment by %s failed: %s", fmt_bytes(sg, sizeof sg, seg_size),
+             p->provider_msg);
+  else if (p->arena)
     snprintf(how, sizeof how, "the pool was preallocated (preallocate:%g, one arena of %s) and does not grow",
              p->cfg.preallocate, fmt_bytes(sg, sizeof sg, p->arena->size));
   else
@@ -78,6 +81,27 @@ static loom_status oom_fail(loom_pool *p, size_t n, size_t size, size_t seg_size
       fmt_bytes(lg, sizeof lg, largest), fmt_bytes(un, sizeof un, unalloc > 0 ? (uint64_t)unalloc : 0),
       fmt_bytes(sp, sizeof sp, (uint64_t)p->st.inactive_split_bytes[0].current));
   return LOOM_ERR_OOM;
+}
+
+/* Expandable segments: map what the request lacks; on OOM unmap the free
+ * granules of this size class, then of every class, and retry. */
+static loom_status grow_expandable(loom_pool *p, int kind, size_t n, size_t size, loom_stream *s, block **out) {
+  size_t need = (size + p->granule - 1) / p->granule * p->granule;
+  garbage_collect(p, need);
+  loom_status st = exp_grow(p, kind, s, size, out);
+  if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
+  if (exp_unmap_all(p, kind, NULL) > 0) {
+    p->st.num_alloc_retries++;
+    st = exp_grow(p, kind, s, size, out);
+    if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
+  }
+  process_events_locked(p);
+  if (release_all(p, NULL) > 0) {
+    p->st.num_alloc_retries++;
+    st = exp_grow(p, kind, s, size, out);
+    if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
+  }
+  return oom_fail(p, n, size, need, s);
 }
 
 static loom_status take_block(loom_pool *p, size_t n, size_t size, loom_stream *s, block **out) {
@@ -101,6 +125,7 @@ static loom_status take_block(loom_pool *p, size_t n, size_t size, loom_stream *
     *out = b;
     return LOOM_OK;
   }
+  if (p->cfg.expandable) return grow_expandable(p, kind, n, size, s, out);
   LOOM_TRY(take_other_stream(p, kind, s, size, &b));
   if (b) {
     p->st.num_cache_hits++;
@@ -282,6 +307,35 @@ static int set_history(loom_pool *p, int n) {
   return 1;
 }
 
+/* Expandable segments: the provider's granule and the range to reserve per
+ * (stream, size class): the limit, or else the whole device. */
+static loom_status setup_expandable(loom_pool *p) {
+  const loom_provider *prov = p->prov;
+  const char *name = p->cfg.name;
+  if (p->cfg.preallocate > 0)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: preallocate and expandable_segments exclude each other (one "
+                          "arena that never grows, or ranges that grow); choose one", name);
+  if (!prov->va_granularity || !prov->va_reserve || !prov->va_release || !prov->va_map || !prov->va_unmap)
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: expandable_segments needs virtual memory support, which the %s "
+                          "memory provider lacks; drop expandable_segments:true for this device", name, prov->name);
+  size_t g = prov->va_granularity(prov->ctx);
+  if (g == 0) return loom_error_prefix("%s: expandable_segments", name);
+  if (g % LOOM_POOL_MIN_BLOCK || (g & (g - 1)))
+    return loom_set_error(LOOM_ERR_INTERNAL, "%s: the %s provider's granule of %zu bytes is not a power of two of at "
+                          "least 512", name, prov->name, g);
+  size_t va = p->cfg.limit, fr = 0, tot = 0;
+  if (!va) {
+    if (prov->mem_info(prov->ctx, &fr, &tot) != LOOM_OK)
+      return loom_error_prefix("%s: expandable_segments needs the device size", name);
+    va = tot;
+  }
+  if (va > ((size_t)1 << 60)) va = (size_t)1 << 60;
+  p->granule = g;
+  p->va_size = (va + g - 1) / g * g;
+  if (p->va_size < g) p->va_size = g;
+  return LOOM_OK;
+}
+
 loom_status loom_pool_create(const loom_provider *prov, const loom_pool_config *cfg, loom_pool **out) {
   if (!prov || !cfg || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_pool_create: NULL argument");
   *out = NULL;
@@ -296,6 +350,13 @@ loom_status loom_pool_create(const loom_provider *prov, const loom_pool_config *
   if (!set_history(p, cfg->history)) {
     loom_pool_destroy(p);
     return loom_set_error(LOOM_ERR_OOM, "loom_pool_create: out of host memory for %d history entries", cfg->history);
+  }
+  if (cfg->expandable) {
+    loom_status st = setup_expandable(p);
+    if (st != LOOM_OK) {
+      loom_pool_destroy(p);
+      return st;
+    }
   }
   if (cfg->preallocate > 0) {
     size_t cap = cfg->limit, fr = 0, tot = 0;
@@ -331,8 +392,12 @@ void loom_pool_destroy(loom_pool *p) {
   if (!p) return;
   for (int i = 0; i < p->nsegs; i++) {
     segment *sg = p->segs[i];
-    unpoison(p, sg->base, sg->size);
-    p->prov->seg_free(p->prov->ctx, (void *)sg->base, sg->size);
+    if (sg->expandable) {
+      exp_destroy_segment(p, sg);
+    } else {
+      unpoison(p, sg->base, sg->size);
+      p->prov->seg_free(p->prov->ctx, (void *)sg->base, sg->size);
+    }
     for (block *b = sg->head; b;) {
       block *nx = b->next;
       free(b->uses);
@@ -372,6 +437,8 @@ loom_status loom_pool_set_controls(loom_pool *p, size_t limit, size_t max_split_
 }
 
 int loom_pool_preallocated(const loom_pool *p) { return p->arena != NULL; }
+
+int loom_pool_expandable(const loom_pool *p) { return p->cfg.expandable != 0; }
 
 int loom_pool_has_allocated(loom_pool *p) {
   pthread_mutex_lock(&p->mu);

@@ -51,6 +51,8 @@ typedef struct segment {
   size_t size;
   int kind;
   int arena;
+  int expandable;     /* an address range that maps memory as it grows */
+  size_t mapped;      /* bytes backed by memory (size unless expandable) */
   loom_stream *stream;
   block *head;
 } segment;
@@ -103,6 +105,8 @@ struct loom_pool {
   int hist_len, hist_head;
   uint64_t hist_seq;
   segment *arena;
+  size_t granule;     /* expandable: the provider's mapping unit */
+  size_t va_size;     /* expandable: address range reserved per (stream, class) */
   char provider_msg[256];
 };
 
@@ -163,7 +167,9 @@ static inline void history(loom_pool *p, int action, uintptr_t addr, size_t size
 }
 
 static inline int is_split(const block *b) { return b->prev != NULL || b->next != NULL; }
-static inline int in_whole_tree(const block *b) { return !is_split(b) && !b->seg->arena; }
+/* The whole-segment tree holds free blocks that are a whole ordinary
+ * segment: what a cross-stream take or a release looks for. */
+static inline int in_whole_tree(const block *b) { return !is_split(b) && !b->seg->arena && !b->seg->expandable; }
 
 /* ---- pool_tree.c ----------------------------------------------------------- */
 /* First block >= key in tree t (strict: > key); t 0 is the free tree, 1 the
@@ -189,9 +195,26 @@ int release_all(loom_pool *p, loom_status *st);
 int release_fitting(loom_pool *p, int kind, size_t n);
 /* Over the threshold, give back the least recently freed unused segments. */
 void garbage_collect(loom_pool *p, size_t need);
-/* Insert free block b into the index, merged with free neighbours. */
-void merge_insert(loom_pool *p, block *b);
+/* Insert free block b into the index, merged with free neighbours; returns
+ * the merged block. */
+block *merge_insert(loom_pool *p, block *b);
 void free_block(loom_pool *p, block *b);
 void process_events_locked(loom_pool *p);
+
+/* ---- pool_expandable.c ----------------------------------------------------- */
+/* Map memory into an expandable segment of (kind, s), reserving a new range
+ * if none can hold size, and return the free block of at least size bytes
+ * that now exists (taken out of the free index). LOOM_ERR_OOM with
+ * p->provider_msg set when the limit or the device refuses. */
+loom_status exp_grow(loom_pool *p, int kind, loom_stream *s, size_t size, block **out);
+/* Unmap the whole granules inside free block b of an expandable segment
+ * (giving the range back when nothing in it stays mapped). Returns the bytes
+ * unmapped; a provider error goes to *st (when *st is LOOM_OK). */
+size_t exp_unmap_block(loom_pool *p, block *b, loom_status *st);
+/* exp_unmap_block over every free block of every expandable segment of
+ * kind (0: both classes); returns the bytes unmapped. */
+size_t exp_unmap_all(loom_pool *p, int kind, loom_status *st);
+/* Unmap and unreserve everything (pool destruction). */
+void exp_destroy_segment(loom_pool *p, segment *sg);
 
 #endif

@@ -112,6 +112,7 @@ loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block 
   }
   sg->base = (uintptr_t)ptr;
   sg->size = n;
+  sg->mapped = n;
   sg->kind = kind;
   sg->stream = s;
   sg->head = b;
@@ -153,7 +154,7 @@ loom_status release_segment(loom_pool *p, block *b) {
 }
 
 int release_all(loom_pool *p, loom_status *st) {
-  int n = 0;
+  int n = p->cfg.expandable && exp_unmap_all(p, 0, st) > 0;
   for (int k = LOOM_POOL_SMALL; k <= LOOM_POOL_LARGE; k++) {
     while (p->root[k][1]) {
       loom_status s = release_segment(p, p->root[k][1]);
@@ -168,6 +169,7 @@ int release_all(loom_pool *p, loom_status *st) {
  * that can hold n; if none can, the largest ones until n bytes are freed.
  * Returns how many segments were released. */
 int release_fitting(loom_pool *p, int kind, size_t n) {
+  if (p->cfg.expandable) return exp_unmap_all(p, kind, NULL) > 0;
   block key = {0};
   key.size = n;
   block *b = tlower(1, p->root[kind][1], &key, 0);
@@ -198,6 +200,23 @@ static int cmp_tick(const void *a, const void *b) {
 }
 
 /* Over the threshold, give back the least recently freed unused segments. */
+/* Free blocks of expandable segments with a whole granule inside (NULL arr:
+ * only count them). */
+static int collect_unmappable(loom_pool *p, block **arr) {
+  int len = 0;
+  for (int i = 0; i < p->nsegs; i++) {
+    if (!p->segs[i]->expandable) continue;
+    for (block *b = p->segs[i]->head; b; b = b->next) {
+      uintptr_t lo = (b->addr + p->granule - 1) / p->granule * p->granule;
+      if (b->state == LOOM_BLOCK_FREE && lo + p->granule <= b->addr + b->size) {
+        if (arr) arr[len] = b;
+        len++;
+      }
+    }
+  }
+  return len;
+}
+
 void garbage_collect(loom_pool *p, size_t need) {
   if (p->cfg.gc_threshold <= 0) return;
   size_t cap = p->cfg.limit, fr = 0, tot = 0;
@@ -205,18 +224,24 @@ void garbage_collect(loom_pool *p, size_t need) {
   double target = p->cfg.gc_threshold * (double)cap;
   if (!cap || (double)((size_t)p->st.reserved_bytes[0].current + need) <= target) return;
   int n = p->st.segments[0].current > 0 ? (int)p->st.segments[0].current : 0;
+  if (p->cfg.expandable) n += collect_unmappable(p, NULL);
   block **arr = malloc((size_t)(n + 1) * sizeof *arr);
   if (!arr) return;
   int len = 0;
   collect_whole(p->root[LOOM_POOL_SMALL][1], arr, &len);
   collect_whole(p->root[LOOM_POOL_LARGE][1], arr, &len);
+  if (p->cfg.expandable) len += collect_unmappable(p, arr + len);
   qsort(arr, (size_t)len, sizeof *arr, cmp_tick);
-  for (int i = 0; i < len && (double)((size_t)p->st.reserved_bytes[0].current + need) > target; i++)
-    release_segment(p, arr[i]);
+  /* Unmapping a block only splits it or merges unmapped neighbours, so the
+   * other candidates stay valid free blocks. */
+  for (int i = 0; i < len && (double)((size_t)p->st.reserved_bytes[0].current + need) > target; i++) {
+    if (arr[i]->seg->expandable) exp_unmap_block(p, arr[i], NULL);
+    else release_segment(p, arr[i]);
+  }
   free(arr);
 }
 
-void merge_insert(loom_pool *p, block *b) {
+block *merge_insert(loom_pool *p, block *b) {
   if (b->prev && b->prev->state == LOOM_BLOCK_FREE) {
     block *pr = b->prev;
     free_remove(p, pr);
@@ -235,6 +260,7 @@ void merge_insert(loom_pool *p, block *b) {
     block_recycle(p, nx);
   }
   free_insert(p, b);
+  return b;
 }
 
 void free_block(loom_pool *p, block *b) {

@@ -84,7 +84,11 @@ char *loom_pool_summary(loom_pool *p) {
   pthread_mutex_unlock(&p->mu);
   sbuf b = {0};
   char x[32], y[32];
-  sb_printf(&b, "loom memory summary: %s%s\n", p->cfg.name, p->arena ? " (preallocated arena, no growth)" : "");
+  char gr[80];
+  if (p->cfg.expandable)
+    snprintf(gr, sizeof gr, " (expandable segments, %s granules)", fmt_bytes(x, sizeof x, p->granule));
+  sb_printf(&b, "loom memory summary: %s%s\n", p->cfg.name,
+            p->arena ? " (preallocated arena, no growth)" : p->cfg.expandable ? gr : "");
   sb_printf(&b, "  limit: %s   max_split_size: %s   gc threshold: %g\n",
             s.limit_bytes ? fmt_bytes(x, sizeof x, (uint64_t)s.limit_bytes) : "none",
             s.max_split_size < 0 ? "unlimited" : fmt_bytes(y, sizeof y, (uint64_t)s.max_split_size),
@@ -118,7 +122,10 @@ char *loom_pool_summary(loom_pool *p) {
 }
 
 static const char *state_name(int st) {
-  return st == LOOM_BLOCK_ALLOCATED ? "active_allocated" : st == LOOM_BLOCK_PENDING ? "active_pending_free" : "inactive";
+  return st == LOOM_BLOCK_ALLOCATED ? "active_allocated"
+         : st == LOOM_BLOCK_PENDING ? "active_pending_free"
+         : st == LOOM_BLOCK_UNMAPPED ? "unmapped"
+                                     : "inactive";
 }
 
 char *loom_pool_snapshot_json(loom_pool *p) {
@@ -126,7 +133,8 @@ char *loom_pool_snapshot_json(loom_pool *p) {
   pthread_mutex_lock(&p->mu);
   loom_memory_stats s;
   fill_stats(p, &s);
-  sb_printf(&b, "{\"device\":\"%s\",\"preallocated\":%s,\"stats\":{", p->cfg.name, p->arena ? "true" : "false");
+  sb_printf(&b, "{\"device\":\"%s\",\"preallocated\":%s,\"expandable_segments\":%s,\"stats\":{", p->cfg.name,
+            p->arena ? "true" : "false", p->cfg.expandable ? "true" : "false");
   struct { const char *name; loom_memory_stat *a; } rows[] = {
       {"allocated_bytes", s.allocated_bytes}, {"reserved_bytes", s.reserved_bytes},
       {"active_bytes", s.active_bytes},       {"inactive_split_bytes", s.inactive_split_bytes},
@@ -150,12 +158,15 @@ char *loom_pool_snapshot_json(loom_pool *p) {
             s.num_device_frees, s.num_alloc_retries, s.num_ooms, s.limit_bytes, s.max_split_size);
   for (int i = 0; i < p->nsegs; i++) {
     segment *sg = p->segs[i];
-    sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"pool\":\"%s\",\"stream\":%" PRIuPTR ",\"blocks\":[",
-              i ? "," : "", sg->base, sg->size, sg->kind == LOOM_POOL_SMALL ? "small" : "large",
-              (uintptr_t)sg->stream);
+    sb_printf(&b,
+              "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":%zu,\"expandable\":%s,\"pool\":\"%s\",\"stream\":%" PRIuPTR
+              ",\"blocks\":[",
+              i ? "," : "", sg->base, sg->size, sg->mapped, sg->expandable ? "true" : "false",
+              sg->kind == LOOM_POOL_SMALL ? "small" : "large", (uintptr_t)sg->stream);
     for (block *x = sg->head; x; x = x->next)
       sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\"}",
-                x == sg->head ? "" : ",", x->addr, x->size, x->state == LOOM_BLOCK_FREE ? (size_t)0 : x->requested,
+                x == sg->head ? "" : ",", x->addr, x->size,
+                x->state == LOOM_BLOCK_FREE || x->state == LOOM_BLOCK_UNMAPPED ? (size_t)0 : x->requested,
                 state_name(x->state));
     sb_printf(&b, "]}");
   }

@@ -7,6 +7,8 @@
 static void seg_info(const segment *sg, loom_segment_info *out) {
   out->base = sg->base;
   out->size = sg->size;
+  out->mapped = sg->mapped;
+  out->expandable = sg->expandable;
   out->kind = sg->kind;
   out->stream = sg->stream;
   out->nblocks = 0;
@@ -24,7 +26,7 @@ int loom_pool_debug_segment(loom_pool *p, uintptr_t addr, loom_segment_info *seg
   seg_info(sg, seg);
   int n = 0;
   for (block *b = sg->head; b && n < max; b = b->next, n++)
-    blocks[n] = (loom_block_info){b->addr, b->size, b->state == LOOM_BLOCK_FREE ? 0 : b->requested, b->state,
+    blocks[n] = (loom_block_info){b->addr, b->size, b->state == LOOM_BLOCK_FREE || b->state == LOOM_BLOCK_UNMAPPED ? 0 : b->requested, b->state,
                                   b->stream};
   pthread_mutex_unlock(&p->mu);
   return 1;
@@ -63,8 +65,25 @@ int loom_pool_verify(loom_pool *p, char *err, size_t n) {
     if (i > 0 && p->segs[i - 1]->base + p->segs[i - 1]->size > sg->base)
       VFAIL("segments %d and %d overlap", i - 1, i);
     if (!sg->head || sg->head->prev) VFAIL("segment %#" PRIxPTR ": bad head", sg->base);
+    if (sg->expandable && (!p->cfg.expandable || sg->base % p->granule || sg->size % p->granule))
+      VFAIL("expandable segment %#" PRIxPTR " of %zu bytes is not granule-aligned", sg->base, sg->size);
     uintptr_t at = sg->base;
+    size_t mapped = 0;
     for (block *b = sg->head; b; b = b->next) {
+      if (b->state == LOOM_BLOCK_UNMAPPED) {
+        if (!sg->expandable) VFAIL("unmapped block %#" PRIxPTR " in an ordinary segment", b->addr);
+        if (b->addr % p->granule || b->size % p->granule)
+          VFAIL("unmapped block %#" PRIxPTR " (%zu bytes) is not granule-aligned", b->addr, b->size);
+        if (b->next && b->next->state == LOOM_BLOCK_UNMAPPED)
+          VFAIL("unmapped blocks %#" PRIxPTR " and %#" PRIxPTR " left unmerged", b->addr, b->next->addr);
+        if (tree_find(0, p->root[k][0], b) || loom_ptrmap_get(&p->live, b->addr) == b)
+          VFAIL("unmapped block %#" PRIxPTR " is indexed as free or live", b->addr);
+        if (b->addr != at || b->seg != sg || (b->next && b->next->prev != b))
+          VFAIL("unmapped block %#" PRIxPTR ": wrong place or links", b->addr);
+        at += b->size;
+        continue;
+      }
+      mapped += b->size;
       if (b->addr != at) VFAIL("segment %#" PRIxPTR ": block at %#" PRIxPTR ", expected %#" PRIxPTR, sg->base, b->addr, at);
       if (b->seg != sg) VFAIL("block %#" PRIxPTR ": wrong segment", b->addr);
       if (b->size < LOOM_POOL_MIN_BLOCK || b->size % LOOM_POOL_MIN_BLOCK) VFAIL("block %#" PRIxPTR ": size %zu", b->addr, b->size);
@@ -95,7 +114,10 @@ int loom_pool_verify(loom_pool *p, char *err, size_t n) {
     }
     if (at != sg->base + sg->size) VFAIL("segment %#" PRIxPTR ": blocks cover %zu of %zu bytes", sg->base,
                                          (size_t)(at - sg->base), sg->size);
-    reserved[k] += (int64_t)sg->size;
+    if (mapped != sg->mapped) VFAIL("segment %#" PRIxPTR ": says %zu bytes mapped, blocks add up to %zu", sg->base,
+                                    sg->mapped, mapped);
+    if (mapped == 0) VFAIL("segment %#" PRIxPTR ": nothing mapped but not given back", sg->base);
+    reserved[k] += (int64_t)sg->mapped;
     nseg[k]++;
   }
   for (int k = 1; k <= 2; k++) {
