@@ -473,7 +473,7 @@ size_t loom_fake_reservation_mapped(loom_fake *f, uintptr_t base) {
 int loom_fake_drain_remapped(loom_fake *f, uintptr_t *bases, int max) {
   pthread_mutex_lock(&f->mu);
   int n = f->nremapped < max ? f->nremapped : max;
-  memcpy(bases, f->remapped, (size_t)n * sizeof *bases);
+  if (n) memcpy(bases, f->remapped, (size_t)n * sizeof *bases);
   if (n) memmove(f->remapped, f->remapped + n, (size_t)(f->nremapped - n) * sizeof *bases);
   f->nremapped -= n;
   pthread_mutex_unlock(&f->mu);
