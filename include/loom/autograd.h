@@ -52,5 +52,17 @@ LOOM_API loom_status loom_set_grad_hook(loom_tensor *t, loom_grad_hook hook, voi
 typedef loom_tensor *(*loom_checkpoint_fn)(void *ctx, int n, loom_tensor *const *inputs);
 LOOM_API loom_tensor *loom_checkpoint(loom_checkpoint_fn fn, void *ctx, int n, loom_tensor *const *inputs);
 
+/* ---- activation offload --------------------------------------------------
+ * loom_offload(fn, ctx, n, inputs) returns fn(ctx, n, inputs), recorded as
+ * usual, but every contiguous tensor the ops inside save for backward is
+ * copied to host memory and only that copy is kept, so the region's device
+ * activations are freed when it returns (like PyTorch's save_on_cpu);
+ * backward brings them back a few nodes ahead of their use. Gradients equal
+ * the plain run's. Under no-grad it just calls fn. Today the copies are
+ * synchronous, into ordinary host memory (pinned memory and a copy stream
+ * are to come); on the CPU it saves nothing and only costs the copies.
+ * Same fn/ctx rules as loom_checkpoint (n may be 0); follows the scope rule. */
+LOOM_API loom_tensor *loom_offload(loom_checkpoint_fn fn, void *ctx, int n, loom_tensor *const *inputs);
+
 LOOM_EXTERN_C_END
 #endif

@@ -210,6 +210,13 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
       loom_node_free_saved(n);
       continue;
     }
+    /* Offloaded activations: this node's back on the device, and the next
+     * ones' on their way (synchronous copies for now, see offload.c). */
+    for (size_t j = i; j < nodes.n && j <= i + 2 && st == LOOM_OK; j++) st = loom_offload_prefetch(nodes.p[j]);
+    if (st != LOOM_OK) {
+      loom_tensor_release(gy);
+      break;
+    }
     loom_tensor *gx[LOOM_OP_MAX_IN] = {0};
     n->gy_exclusive = exclusive(gy);
     loom_scope_begin();

@@ -30,6 +30,28 @@ void loom_node_free_saved(loom_node *n) {
   n->freed = true;
 }
 
+/* Inside a loom_offload region: replace the saved device tensors by host
+ * copies (a tensor that cannot be copied stays where it is). */
+static void offload_saved(loom_node *n) {
+  for (int k = 0; k < LOOM_OP_MAX_IN + LOOM_OP_MAX_OUT; k++) {
+    bool in = k < LOOM_OP_MAX_IN;
+    int j = in ? k : k - LOOM_OP_MAX_IN;
+    loom_tensor **slot = in ? &n->saved_in[j] : &n->saved_out[j];
+    unsigned *ver = in ? &n->saved_in_version[j] : &n->saved_out_version[j];
+    if (!*slot) continue;
+    loom_tensor *h = loom_offload_to_host(*slot);
+    if (!h) {
+      loom_clear_error();
+      continue;
+    }
+    n->offload_dev = (*slot)->storage->device;
+    loom_tensor_release(*slot);
+    *slot = h;
+    *ver = atomic_load(&h->storage->version);
+    n->offloaded |= 1u << (in ? j : 8 + j);
+  }
+}
+
 const char *loom_node_name(const loom_node *n) { return n->custom ? n->custom->name : loom_op_get(n->op)->name; }
 
 static loom_status record(loom_op_id op, const loom_node_custom *c, void *ctx, const loom_op_args *a) {
@@ -86,6 +108,7 @@ static loom_status record(loom_op_id op, const loom_node_custom *c, void *ctx, c
     loom_node_release(n);
     return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory saving tensors for backward", name);
   }
+  if (loom_offload_active()) offload_saved(n);
   loom_tensor *out = a->out[0];
   n->out_nhwc = loom_tensor_is_channels_last(out) && !loom_tensor_is_contiguous(out);
   loom_node_release(out->grad_fn);
