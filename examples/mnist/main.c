@@ -220,7 +220,11 @@ static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, in
 }
 
 static int fail(const char *what) {
-  fprintf(stderr, "loom-mnist: %s: %s\n", what, loom_last_error());
+  /* loom's messages start with their own subsystem ("loader: ..."): say it once. */
+  const char *msg = loom_last_error();
+  size_t n = strlen(what);
+  if (strncmp(msg, what, n) == 0 && msg[n] == ':') fprintf(stderr, "loom-mnist: %s\n", msg);
+  else fprintf(stderr, "loom-mnist: %s: %s\n", what, msg);
   return 1;
 }
 
