@@ -440,6 +440,13 @@ int loom_pool_preallocated(const loom_pool *p) { return p->arena != NULL; }
 
 int loom_pool_expandable(const loom_pool *p) { return p->cfg.expandable != 0; }
 
+int loom_pool_owns(loom_pool *p, const void *ptr) {
+  pthread_mutex_lock(&p->mu);
+  int r = loom_ptrmap_get(&p->live, (uintptr_t)ptr) != NULL;
+  pthread_mutex_unlock(&p->mu);
+  return r;
+}
+
 int loom_pool_has_allocated(loom_pool *p) {
   pthread_mutex_lock(&p->mu);
   int r = p->st.num_allocs > 0 || p->st.reserved_bytes[0].current > 0;

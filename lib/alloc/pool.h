@@ -100,6 +100,8 @@ loom_status loom_pool_set_controls(loom_pool *p, size_t limit, size_t max_split_
                                    int history);
 int loom_pool_preallocated(const loom_pool *p);
 int loom_pool_expandable(const loom_pool *p);
+/* Is ptr a live allocation of p? */
+int loom_pool_owns(loom_pool *p, const void *ptr);
 int loom_pool_has_allocated(loom_pool *p);
 
 void loom_pool_stats(loom_pool *p, loom_memory_stats *out);
