@@ -297,3 +297,52 @@ DEVICE_TEST(checkpoint, module_switch_gives_the_same_gradients) {
   free(plain);
   loom_module_free(m);
 }
+
+/* Batch norm inside a checkpointed segment: the running statistics are
+ * updated once (by the forward pass), not again by the recompute. */
+typedef struct bn_ctx {
+  loom_tensor *rm, *rv, *w, *b;
+} bn_ctx;
+
+static loom_tensor *bn_seg(void *ctx, int n, loom_tensor *const *in) {
+  (void)n;
+  bn_ctx *c = ctx;
+  loom_batch_norm_options o = loom_batch_norm_defaults();
+  o.training = true;
+  o.act = LOOM_ACT_RELU;
+  return loom_mul(loom_batch_norm(in[0], c->rm, c->rv, c->w, c->b, &o), in[0]);
+}
+
+static void bn_run(loom_device dev, bool ckpt, double **gx, double **rm, double **rv) {
+  loom_manual_seed(11);
+  int64_t xs[4] = {6, 3, 4, 4}, cs[1] = {3};
+  loom_tensor *x = loom_randn(4, xs, LOOM_F32, dev);
+  loom_set_requires_grad(x, true);
+  bn_ctx c = {loom_zeros(1, cs, LOOM_F32, dev), loom_ones(1, cs, LOOM_F32, dev), loom_randn(1, cs, LOOM_F32, dev),
+              loom_randn(1, cs, LOOM_F32, dev)};
+  loom_set_requires_grad(c.w, true);
+  loom_set_requires_grad(c.b, true);
+  loom_tensor *in[1] = {x};
+  loom_tensor *y = ckpt ? loom_checkpoint(bn_seg, &c, 1, in) : bn_seg(&c, 1, in);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  cr_assert_eq(loom_backward(loom_sum_all(y)), LOOM_OK, "%s", loom_last_error());
+  *gx = tk_read(loom_grad(x));
+  *rm = tk_read(c.rm);
+  *rv = tk_read(c.rv);
+}
+
+DEVICE_TEST(checkpoint, batch_norm_running_stats_are_updated_once) {
+  double *pg, *pm, *pv, *cg, *cm, *cv;
+  bn_run(dev, false, &pg, &pm, &pv);
+  bn_run(dev, true, &cg, &cm, &cv);
+  assert_same_bits(cg, pg, 6 * 3 * 16, "dx through batch norm");
+  assert_same_bits(cm, pm, 3, "running mean");
+  assert_same_bits(cv, pv, 3, "running var");
+  cr_assert(pm[0] != 0.0, "the running mean moved");
+  free(pg);
+  free(pm);
+  free(pv);
+  free(cg);
+  free(cm);
+  free(cv);
+}

@@ -72,6 +72,11 @@ loom_tensor *loom_offload_to_host(loom_tensor *t);
 /* Bring n's offloaded saved tensors back to their device (no-op when none). */
 loom_status loom_offload_prefetch(loom_node *n);
 
+/* checkpoint.c: is a checkpointed segment being recomputed (in backward) on
+ * this thread? Ops with side effects skip them then (batch norm's running
+ * statistics were updated by the forward pass already). */
+int loom_checkpoint_recomputing(void);
+
 /* The node's name for messages (its op's, or the custom one's). */
 const char *loom_node_name(const loom_node *n);
 void loom_node_release(loom_node *n);
