@@ -49,6 +49,7 @@ typedef struct options {
   loom_precision precision;
   int keep_last_fp32;
   int on_oom_shrink;
+  int offload_optimizer;
 } options;
 
 static double now_s(void) {
@@ -64,6 +65,7 @@ static void usage(FILE *f) {
           "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
           "                  [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]\n"
           "                  [--keep-last-fp32] [--quiet] [--batch auto] [--on-oom fail|shrink]\n"
+          "                  [--offload-optimizer]\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
@@ -94,6 +96,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
     if (!strcmp(a, "--keep-last-fp32")) { o->keep_last_fp32 = 1; continue; }
+    if (!strcmp(a, "--offload-optimizer")) { o->offload_optimizer = 1; continue; }  /* AdamW state on the host */
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -402,7 +405,7 @@ int main(int argc, char **argv) {
   } else {
     loom_adamw_options ao = loom_adamw_defaults();
     ao.lr = o.lr;
-    opt = loom_adamw_new(params, np, &ao);
+    opt = o.offload_optimizer ? loom_adamw_offload_new(params, np, &ao) : loom_adamw_new(params, np, &ao);
   }
   if (!opt) return fail("optimizer");
 
