@@ -107,7 +107,13 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--epochs")) { if (!parse_i64(a, v, 1, &n)) return 0; o->epochs = (int)n; }
     else if (!strcmp(a, "--batch") && !strcmp(v, "auto")) o->batch = 0;  /* found by probing (find_batch) */
     else if (!strcmp(a, "--batch")) { if (!parse_i64(a, v, 1, &n)) return 0; o->batch = n; }
-    else if (!strcmp(a, "--on-oom") && (!strcmp(v, "shrink") || !strcmp(v, "fail"))) o->on_oom_shrink = !strcmp(v, "shrink");
+    else if (!strcmp(a, "--on-oom")) {
+      if (strcmp(v, "shrink") && strcmp(v, "fail")) {
+        fprintf(stderr, "loom-mnist: --on-oom is fail or shrink, got '%s'\n", v);
+        return 0;
+      }
+      o->on_oom_shrink = !strcmp(v, "shrink");
+    }
     else if (!strcmp(a, "--seed")) { if (!parse_i64(a, v, 0, &n)) return 0; o->seed = (uint64_t)n; }
     else if (!strcmp(a, "--threads")) { if (!parse_i64(a, v, 0, &n)) return 0; o->threads = (int)n; }
     else if (!strcmp(a, "--workers")) { if (!parse_i64(a, v, 0, &n)) return 0; o->workers = (int)n; }
