@@ -58,9 +58,10 @@ LOOM_API loom_tensor *loom_checkpoint(loom_checkpoint_fn fn, void *ctx, int n, l
  * copied to host memory and only that copy is kept, so the region's device
  * activations are freed when it returns (like PyTorch's save_on_cpu);
  * backward brings them back a few nodes ahead of their use. Gradients equal
- * the plain run's. Under no-grad it just calls fn. Today the copies are
- * synchronous, into ordinary host memory (pinned memory and a copy stream
- * are to come); on the CPU it saves nothing and only costs the copies.
+ * the plain run's. Under no-grad it just calls fn. On CUDA devices the
+ * copies run on a copy stream into pinned host memory, ordered by events
+ * (the host never waits); on the CPU it saves nothing and only costs the
+ * copies.
  * Same fn/ctx rules as loom_checkpoint (n may be 0); follows the scope rule. */
 LOOM_API loom_tensor *loom_offload(loom_checkpoint_fn fn, void *ctx, int n, loom_tensor *const *inputs);
 
