@@ -13,15 +13,21 @@
  *   # ...                          comment ("# stream <k> <device>" names streams)
  *
  * Usage:
- *   bench_alloc_replay TRACE [--device fake|cpu] [--conf LOOM_ALLOC_CONF-string]
+ *   bench_alloc_replay TRACE [--device fake|cpu] [--conf LOOM_ALLOC_CONF-string]... [--granule BYTES]
  *   bench_alloc_replay --synthesize TRACE [epochs]   write a synthetic
  *       training-loop trace (forward activations freed in backward, gradients,
  *       a workspace on a second stream) to try the replayer without loom-mnist
  * --device fake (default) replays on a simulated device (no memory touched,
  * any trace fits); cpu replays on real CPU memory through the same pool.
- * Output: one line,
+ * Each --conf (repeatable; default "") is one replay and one output line,
+ * e.g. --conf "" --conf expandable_segments:true. --granule sets the fake
+ * device's mapping unit for expandable segments (default 2 MiB, CUDA's; the
+ * CPU's is its page size).
+ * Output: one line per configuration,
  *   bench=alloc_replay trace=... device=... events=... peak_allocated=... peak_reserved=...
- *   reserved_over_allocated=... device_allocs_after_epoch1=... (+ whole-run values) */
+ *   reserved_over_allocated=... device_allocs_after_epoch1=... (+ whole-run values)
+ * (peak_requested, the bytes asked for before rounding, is printed too:
+ * allocated counts whole blocks, so it includes rounding and unsplit rests) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,24 +85,13 @@ static int synthesize(const char *path, int epochs) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc >= 3 && strcmp(argv[1], "--synthesize") == 0) return synthesize(argv[2], argc > 3 ? atoi(argv[3]) : 3);
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s TRACE [--device fake|cpu] [--conf CONF] | --synthesize TRACE [epochs]\n", argv[0]);
-    return 2;
-  }
-  const char *trace = argv[1], *device = "fake", *conf = "";
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--device") == 0) device = argv[i + 1];
-    else if (strcmp(argv[i], "--conf") == 0) conf = argv[i + 1];
-    else {
-      fprintf(stderr, "bench_alloc_replay: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+typedef struct replay_opts { const char *trace, *device, *conf; size_t granule; } replay_opts;
+
+static int replay(const replay_opts *ro) {
+  const char *trace = ro->trace, *device = ro->device;
   loom_alloc_options o;
   loom_alloc_options_init(&o);
-  if (loom_alloc_options_parse(conf, &o) != LOOM_OK) {
+  if (loom_alloc_options_parse(ro->conf, &o) != LOOM_OK) {
     fprintf(stderr, "bench_alloc_replay: %s\n", loom_last_error());
     return 2;
   }
@@ -105,6 +100,7 @@ int main(int argc, char **argv) {
   if (strcmp(device, "fake") == 0) {
     fake = loom_fake_create((size_t)1 << 46);
     loom_fake_set_auto_complete(fake, 1);
+    loom_fake_set_granularity(fake, ro->granule);
     prov = loom_fake_provider(fake);
   } else if (strcmp(device, "cpu") == 0) {
     prov = loom_provider_cpu();
@@ -118,14 +114,18 @@ int main(int argc, char **argv) {
   cfg.max_split_size = o.max_split_size;
   cfg.gc_threshold = o.gc_threshold;
   cfg.preallocate = o.preallocate_fraction;
+  cfg.expandable = o.expandable_segments;
   loom_pool *pool = NULL;
   if (loom_pool_create(prov, &cfg, &pool) != LOOM_OK) {
     fprintf(stderr, "bench_alloc_replay: %s\n", loom_last_error());
+    loom_fake_destroy(fake);
     return 1;
   }
   FILE *f = fopen(trace, "r");
   if (!f) {
     fprintf(stderr, "bench_alloc_replay: cannot open %s\n", trace);
+    loom_pool_destroy(pool);
+    loom_fake_destroy(fake);
     return 1;
   }
   loom_ptrmap ids = {0};
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < MAX_STREAMS; i++) streams[i] = (loom_stream *)(uintptr_t)(0x1000 * (i + 1));
   char line[256];
   long events = 0, lineno = 0, ooms = 0;
-  int epoch_seen = 0;
+  int epoch_seen = 0, rc = 0;
   loom_memory_stats whole = {0};
   double t0 = now();
   while (fgets(line, sizeof line, f)) {
@@ -145,7 +145,8 @@ int main(int argc, char **argv) {
     if (sscanf(line, "alloc %llu %zu %d", &id, &n, &s) == 3) {
       if (s < 0 || s >= MAX_STREAMS || id == 0) {
         fprintf(stderr, "%s:%ld: bad stream or id\n", trace, lineno);
-        return 1;
+        rc = 1;
+        break;
       }
       void *p = NULL;
       if (loom_pool_malloc(pool, n, streams[s], &p) != LOOM_OK) {
@@ -167,27 +168,68 @@ int main(int argc, char **argv) {
       continue;
     } else {
       fprintf(stderr, "%s:%ld: cannot parse: %s", trace, lineno, line);
-      return 1;
+      rc = 1;
+      break;
     }
     events++;
   }
   double dt = now() - t0;
   fclose(f);
-  loom_memory_stats st;
-  st.struct_size = sizeof st;
-  loom_pool_stats(pool, &st);
-  int64_t pa = st.allocated_bytes[0].peak, pr = st.reserved_bytes[0].peak;
-  printf("bench=alloc_replay trace=%s device=%s events=%ld events_per_s=%.0f ooms=%ld %s peak_allocated=%lld "
-         "peak_reserved=%lld reserved_over_allocated=%.3f device_allocs=%lld cache_hits=%lld",
-         trace, device, events, (double)events / (dt > 0 ? dt : 1e-9), ooms,
-         epoch_seen ? "after_epoch1=1" : "after_epoch1=0(no epoch marker: whole run)", (long long)pa, (long long)pr,
-         pa ? (double)pr / (double)pa : 0.0, (long long)st.num_device_allocs, (long long)st.num_cache_hits);
-  if (epoch_seen)
-    printf(" before_epoch1_peak_reserved=%lld before_epoch1_device_allocs=%lld", (long long)whole.reserved_bytes[0].peak,
-           (long long)whole.num_device_allocs);
-  printf("\n");
+  if (rc == 0) {
+    loom_memory_stats st;
+    st.struct_size = sizeof st;
+    loom_pool_stats(pool, &st);
+    int64_t pa = st.allocated_bytes[0].peak, pr = st.reserved_bytes[0].peak;
+    printf("bench=alloc_replay trace=%s device=%s conf=%s granule=%zu events=%ld events_per_s=%.0f ooms=%ld %s "
+           "peak_allocated=%lld peak_requested=%lld peak_reserved=%lld reserved_over_allocated=%.3f device_allocs=%lld "
+           "cache_hits=%lld",
+           trace, device, *ro->conf ? ro->conf : "default", cfg.expandable ? (fake ? ro->granule : (size_t)0) : 0,
+           events, (double)events / (dt > 0 ? dt : 1e-9), ooms,
+           epoch_seen ? "after_epoch1=1" : "after_epoch1=0(no epoch marker: whole run)", (long long)pa,
+           (long long)st.requested_bytes[0].peak, (long long)pr, pa ? (double)pr / (double)pa : 0.0,
+           (long long)st.num_device_allocs, (long long)st.num_cache_hits);
+    if (epoch_seen)
+      printf(" before_epoch1_peak_reserved=%lld before_epoch1_device_allocs=%lld", (long long)whole.reserved_bytes[0].peak,
+             (long long)whole.num_device_allocs);
+    printf("\n");
+  }
   loom_ptrmap_free(&ids);
   loom_pool_destroy(pool);
   loom_fake_destroy(fake);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "--synthesize") == 0) return synthesize(argv[2], argc > 3 ? atoi(argv[3]) : 3);
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s TRACE [--device fake|cpu] [--conf CONF]... [--granule BYTES] | --synthesize TRACE "
+            "[epochs]\n", argv[0]);
+    return 2;
+  }
+  replay_opts ro = {argv[1], "fake", "", (size_t)2 << 20};
+  const char *confs[32];
+  int nconf = 0;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--device") == 0) ro.device = argv[i + 1];
+    else if (strcmp(argv[i], "--conf") == 0 && nconf < 32) confs[nconf++] = argv[i + 1];
+    else if (strcmp(argv[i], "--granule") == 0) {
+      char *end = NULL;
+      unsigned long long g = strtoull(argv[i + 1], &end, 10);
+      if (*end || g < 512 || (g & (g - 1))) {
+        fprintf(stderr, "bench_alloc_replay: --granule must be a power of two >= 512, got %s\n", argv[i + 1]);
+        return 2;
+      }
+      ro.granule = (size_t)g;
+    } else {
+      fprintf(stderr, "bench_alloc_replay: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (nconf == 0) confs[nconf++] = "";
+  for (int c = 0; c < nconf; c++) {
+    ro.conf = confs[c];
+    int rc = replay(&ro);
+    if (rc) return rc;
+  }
   return 0;
 }

@@ -242,6 +242,7 @@ step nccl_allreduce --gpu --needs "$B/bench/bench_allreduce" --timeout 180 -- "'
 step profiler_overhead --gpu --needs "$B/bench/bench_profiler" --timeout 180 -- "'$B/bench/bench_profiler' --device cuda"
 step cuda_graphs --gpu --needs "$B/bench/bench_cuda_graph" --timeout 180 -- "'$B/bench/bench_cuda_graph' --device cuda"
 step alloc_expandable --gpu --needs "$B/bench/bench_alloc_expandable" --timeout 180 -- "'$B/bench/bench_alloc_expandable'"
+step memory_step --gpu --needs "$B/bench/bench_memory_step" --timeout 180 -- "'$B/bench/bench_memory_step' --device cuda --batch 2048 --layers 16 --width 256 --every 4"
 
 # ---- loom-mnist on the GPU -------------------------------------------------------------------------
 MNIST_DATA="${DEPS:+$DEPS/fashion-mnist}"

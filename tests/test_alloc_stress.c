@@ -28,7 +28,18 @@
  *    (including the free trees and the pointer map) and the running
  *    per-segment table is rebuilt from scratch and compared.
  * After freeing everything, completing all events and empty_cache nothing
- * may be reserved. */
+ * may be reserved.
+ *
+ * The same run with expandable segments (address reservations on the fake
+ * device that map 2 MiB granules, with garbage collection on so that
+ * unmapping also happens inside allocations; and a shorter run in compact
+ * mode with 64 KiB granules, where every growth unmaps first): reserved
+ * bytes are mapped bytes, so a walk also checks that the unmapped blocks are
+ * granule-aligned, never neighbours and hold no mapped byte, and that the
+ * fake device's mapped bytes in the reservation equal the pool's; the
+ * segments the step mapped into or unmapped from (reported by the fake) are
+ * walked like the others; device allocations/frees equal the fake's
+ * maps/unmaps. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -54,7 +65,7 @@ enum { V_ALLOC, V_ACTIVE, V_INACTIVE, V_REQ, V_COUNT, NV };
 
 typedef struct live_rec { uintptr_t addr, seg; size_t n, size; int stream; unsigned uses; } live_rec;
 typedef struct pend_rec { uintptr_t seg; size_t size; unsigned mask; } pend_rec;
-typedef struct segc { int used; uintptr_t base; size_t size; int kind; int64_t v[NV]; } segc;
+typedef struct segc { int used; uintptr_t base; size_t size, mapped; int kind, expandable; int64_t v[NV]; } segc;
 
 static struct {
   pthread_mutex_t mu;
@@ -71,7 +82,11 @@ static struct {
   loom_block_info blk[MAXB];
   uintptr_t touched[4096];
   int ntouched;
-  long steps, ooms;
+  uintptr_t remapped[4096];
+  int nremapped;
+  int expandable;
+  size_t granule;
+  long steps, ooms, ops;
   int failed;
   char why[1024];
 } G;
@@ -126,8 +141,8 @@ static void contrib(segc *c, int sign) {
     G.tot[0][v] += sign * c->v[v];
     G.tot[c->kind][v] += sign * c->v[v];
   }
-  G.tot_reserved[0] += sign * (int64_t)c->size;
-  G.tot_reserved[c->kind] += sign * (int64_t)c->size;
+  G.tot_reserved[0] += sign * (int64_t)c->mapped;
+  G.tot_reserved[c->kind] += sign * (int64_t)c->mapped;
   G.tot_segs[0] += sign;
   G.tot_segs[c->kind] += sign;
 }
@@ -146,10 +161,26 @@ static int walk_segment(uintptr_t addr, uintptr_t *base_out) {
   REQ(si.nblocks <= MAXB, "segment with %d blocks", si.nblocks);
   slot = (si.base - G.base) >> SLOT_SHIFT;
   REQ(si.base % (2 * MiB) == 0 && slot < G.nslots, "odd segment base %#lx", (unsigned long)si.base);
-  segc c = {1, si.base, si.size, si.kind, {0}};
+  REQ(si.expandable == G.expandable, "segment %#lx: expandable %d in a pool with expandable %d",
+      (unsigned long)si.base, si.expandable, G.expandable);
+  segc c = {1, si.base, si.size, si.mapped, si.kind, si.expandable, {0}};
   uintptr_t at = si.base;
+  size_t mapped = 0;
   for (int i = 0; i < si.nblocks; i++) {
     loom_block_info *b = &G.blk[i];
+    if (b->state == LOOM_BLOCK_UNMAPPED) {
+      REQ(si.expandable && b->addr % G.granule == 0 && b->size % G.granule == 0,
+          "unmapped block %#lx (%zu bytes) misaligned or in an ordinary segment", (unsigned long)b->addr, b->size);
+      REQ(!(i > 0 && G.blk[i - 1].state == LOOM_BLOCK_UNMAPPED), "unmapped neighbours %#lx and %#lx left unmerged",
+          (unsigned long)G.blk[i - 1].addr, (unsigned long)b->addr);
+      REQ(loom_fake_mapped_within(G.f, b->addr, b->size) == 0, "unmapped block %#lx has memory mapped in it",
+          (unsigned long)b->addr);
+      REQ(b->addr == at, "segment %#lx: unmapped block at %#lx, expected %#lx", (unsigned long)si.base,
+          (unsigned long)b->addr, (unsigned long)at);
+      at += b->size;
+      continue;
+    }
+    mapped += b->size;
     REQ(b->addr == at, "segment %#lx: block at %#lx, expected %#lx (gap or overlap)", (unsigned long)si.base,
         (unsigned long)b->addr, (unsigned long)at);
     REQ(b->size >= 512 && b->size % 512 == 0, "block %#lx has size %zu", (unsigned long)b->addr, b->size);
@@ -170,6 +201,12 @@ static int walk_segment(uintptr_t addr, uintptr_t *base_out) {
   }
   REQ(at == si.base + si.size, "segment %#lx: blocks cover %zu of %zu bytes", (unsigned long)si.base,
       (size_t)(at - si.base), si.size);
+  REQ(mapped == si.mapped, "segment %#lx: %zu bytes in mapped blocks, the pool says %zu", (unsigned long)si.base,
+      mapped, si.mapped);
+  if (si.expandable)
+    REQ(loom_fake_reservation_mapped(G.f, si.base) == mapped && mapped > 0,
+        "segment %#lx: the device has %zu bytes mapped in it, the blocks %zu", (unsigned long)si.base,
+        loom_fake_reservation_mapped(G.f, si.base), mapped);
   if (G.segs[slot].used) contrib(&G.segs[slot], -1);
   G.segs[slot] = c;
   contrib(&G.segs[slot], +1);
@@ -185,13 +222,20 @@ static int drain_released(void) {
   while ((n = loom_fake_drain_freed(G.f, bases, sizes, 256)) > 0) {
     for (int i = 0; i < n; i++) {
       size_t slot = (bases[i] - G.base) >> SLOT_SHIFT;
+      /* A reservation made in this step may be given back in it unseen
+       * (its map failed); the fake reported it as remapped. */
+      int fresh = 0;
+      for (int j = 0; j < G.nremapped; j++) fresh |= G.remapped[j] == bases[i];
+      if (G.expandable && fresh && !(G.segs[slot].used && G.segs[slot].base == bases[i])) continue;
       REQ(G.segs[slot].used && G.segs[slot].base == bases[i] && G.segs[slot].size == sizes[i],
           "released segment %#lx was not known", (unsigned long)bases[i]);
       /* Unless a pending free in it completed during this step, its last
        * walk must have seen it whole and unused. */
       int touched = 0;
       for (int j = 0; j < G.ntouched; j++) touched |= G.touched[j] == bases[i];
-      REQ(touched || (G.segs[slot].v[V_ACTIVE] == 0 && G.segs[slot].v[V_INACTIVE] == 0),
+      /* An expandable one is given back after its free blocks were unmapped
+       * in this very step, so only "unused" can be asked of it. */
+      REQ(touched || (G.segs[slot].v[V_ACTIVE] == 0 && (G.segs[slot].expandable || G.segs[slot].v[V_INACTIVE] == 0)),
           "segment %#lx released while in use or split", (unsigned long)bases[i]);
       contrib(&G.segs[slot], -1);
       G.segs[slot].used = 0;
@@ -214,9 +258,16 @@ static void take_completed(void) {
   }
 }
 
+/* Segments mapped into or unmapped from since the last call (expandable). */
+static void take_remapped(void) {
+  G.nremapped = loom_fake_drain_remapped(G.f, G.remapped, 4096);
+}
+
 static int walk_touched(void) {
   for (int i = 0; i < G.ntouched; i++)
     if (!walk_segment(G.touched[i], NULL)) return 0;
+  for (int i = 0; i < G.nremapped; i++)
+    if (!walk_segment(G.remapped[i], NULL)) return 0;
   return 1;
 }
 
@@ -236,7 +287,12 @@ static int check_totals(void) {
       (long)s.reserved_bytes[0].current, loom_fake_live_bytes(G.f));
   REQ(s.segments[0].current == loom_fake_live_segments(G.f), "segments %ld, device says %ld",
       (long)s.segments[0].current, loom_fake_live_segments(G.f));
-  REQ(s.num_device_allocs - s.num_device_frees == s.segments[0].current, "device allocs - frees != segments");
+  if (G.expandable)
+    REQ(s.num_device_allocs == loom_fake_maps(G.f) && s.num_device_frees == loom_fake_unmaps(G.f),
+        "device allocs/frees %ld/%ld, the device mapped %ld and unmapped %ld times", (long)s.num_device_allocs,
+        (long)s.num_device_frees, loom_fake_maps(G.f), loom_fake_unmaps(G.f));
+  else
+    REQ(s.num_device_allocs - s.num_device_frees == s.segments[0].current, "device allocs - frees != segments");
   for (int k = 0; k < 3; k++) {
     REQ(s.allocated_bytes[k].current == G.tot[k][V_ALLOC], "pool %d allocated %ld, blocks add up to %ld", k,
         (long)s.allocated_bytes[k].current, (long)G.tot[k][V_ALLOC]);
@@ -295,6 +351,7 @@ static int do_malloc(thread_state *t) {
   take_completed();
   void *ptr = NULL;
   loom_status st = loom_pool_malloc(G.p, n, S(s), &ptr);
+  take_remapped();
   if (!drain_released() || !walk_touched()) return 0;
   if (st == LOOM_ERR_OOM) {
     REQ(ptr == NULL, "OOM but a pointer came back");
@@ -354,6 +411,7 @@ static int step(thread_state *t) {
   } else if (r < 964) {
     take_completed();
     REQ(loom_pool_empty_cache(G.p) == LOOM_OK, "empty_cache: %s", loom_last_error());
+    take_remapped();
     if (!drain_released() || !walk_touched()) return 0;
   } else if (r < 967) {
     loom_fake_fail_nth(G.f, (long)(1 + rnd(&t->rng) % 3));
@@ -370,7 +428,7 @@ static int step(thread_state *t) {
 
 static void *worker(void *arg) {
   thread_state *t = arg;
-  for (long i = 0; i < OPS_TOTAL / NTHREADS; i++) {
+  for (long i = 0; i < G.ops / NTHREADS; i++) {
     pthread_mutex_lock(&G.mu);
     int ok = !G.failed && step(t);
     pthread_mutex_unlock(&G.mu);
@@ -384,11 +442,18 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-Test(alloc_stress, randomized_1M_ops_checked_after_every_step, .timeout = 600) {
+/* expandable: 0 ordinary segments, 1 expandable, 2 expandable compact. */
+static void run_randomized(long ops, int expandable, size_t granule) {
   size_t cap = 1024 * MiB;
   G.f = loom_fake_create(cap);
+  G.ops = ops;
+  G.expandable = expandable != 0;
+  G.granule = granule ? granule : 2 * MiB;
+  loom_fake_set_granularity(G.f, G.granule);
   loom_pool_config c;
   loom_pool_config_init(&c, "fake:stress");
+  c.expandable = expandable;
+  if (expandable == 1) c.gc_threshold = 0.7;  /* unmapping inside allocations too */
   cr_assert_eq(loom_pool_create(loom_fake_provider(G.f), &c, &G.p), LOOM_OK);
   pthread_mutex_init(&G.mu, NULL);
   G.base = loom_fake_base(G.f);
@@ -405,12 +470,13 @@ Test(alloc_stress, randomized_1M_ops_checked_after_every_step, .timeout = 600) {
   }
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
   cr_assert(!G.failed, "%s", G.why);
-  cr_assert_geq(G.steps, OPS_TOTAL);
+  cr_assert_geq(G.steps, ops);
   /* Everything freed: finish the pending frees and empty the cache. */
   loom_fake_complete_all(G.f);
   for (int i = 0; i < G.npend; i++) G.pend[i].mask = 0;
   take_completed();
   cr_assert_eq(loom_pool_empty_cache(G.p), LOOM_OK);
+  take_remapped();
   cr_assert(drain_released() && walk_touched() && check_totals() && full_check(), "%s", G.why);
   loom_memory_stats s;
   s.struct_size = sizeof s;
@@ -419,16 +485,33 @@ Test(alloc_stress, randomized_1M_ops_checked_after_every_step, .timeout = 600) {
   cr_assert_eq(s.active_bytes[0].current, 0);
   cr_assert_eq(loom_fake_live_bytes(G.f), 0);
   cr_assert_gt(s.num_cache_hits, s.num_allocs / 2, "the cache served most requests");
-  cr_assert_gt(s.num_cross_stream_reuses, 0, "cross-stream takes were exercised");
+  if (expandable) {
+    cr_assert_eq(s.segments[0].current, 0, "every reservation given back");
+    cr_assert_gt(loom_fake_unmaps(G.f), 0, "unmapping was exercised");
+    cr_assert_eq(s.num_cross_stream_reuses, 0, "streams never take each other's ranges");
+  } else {
+    cr_assert_gt(s.num_cross_stream_reuses, 0, "cross-stream takes were exercised");
+  }
   cr_assert_gt(s.num_alloc_retries, 0, "OOM retries were exercised");
   cr_assert_gt(G.ooms, 0, "OOM failures were exercised");
-  cr_log_info("stress: %ld steps, %ld allocs, %ld cache hits, %ld cross-stream, %ld device allocs, %ld retries, %ld OOMs",
-              G.steps, (long)s.num_allocs, (long)s.num_cache_hits, (long)s.num_cross_stream_reuses,
+  cr_log_info("stress (expandable %d): %ld steps, %ld allocs, %ld cache hits, %ld cross-stream, %ld device allocs, %ld retries, %ld OOMs",
+              expandable, G.steps, (long)s.num_allocs, (long)s.num_cache_hits, (long)s.num_cross_stream_reuses,
               (long)s.num_device_allocs, (long)s.num_alloc_retries, (long)s.num_ooms);
   loom_pool_destroy(G.p);
   loom_fake_destroy(G.f);
   free(G.bits);
   free(G.segs);
+}
+
+Test(alloc_stress, randomized_1M_ops_checked_after_every_step, .timeout = 600) { run_randomized(OPS_TOTAL, 0, 0); }
+
+Test(alloc_stress, expandable_segments_randomized_1M_ops_checked_after_every_step, .timeout = 600) {
+  run_randomized(OPS_TOTAL, 1, 2 * MiB);
+}
+
+/* Compact: every growth first unmaps least recently freed granules. */
+Test(alloc_stress, expandable_segments_compact_64KiB_granules_randomized_300k_ops, .timeout = 600) {
+  run_randomized(300000, 2, 64 << 10);
 }
 
 /* ---- true concurrency on real memory ------------------------------------------ */
@@ -482,12 +565,13 @@ static void *ct_worker(void *argp) {
   return NULL;
 }
 
-Test(alloc_stress, concurrent_threads_on_cpu_memory, .timeout = 600) {
+static void run_concurrent(int expandable) {
   loom_stream *streams[NSTREAMS];
   for (int i = 0; i < NSTREAMS; i++) cr_assert_eq(loom_stream_create(loom_cpu(), &streams[i]), LOOM_OK);
   loom_pool_config c;
   loom_pool_config_init(&c, "cpu:test");
   c.poison = 1;
+  c.expandable = expandable;
   loom_pool *p = NULL;
   cr_assert_eq(loom_pool_create(loom_provider_cpu(), &c, &p), LOOM_OK);
   pthread_t th[CT_THREADS];
@@ -512,3 +596,9 @@ Test(alloc_stress, concurrent_threads_on_cpu_memory, .timeout = 600) {
   loom_pool_destroy(p);
   for (int i = 0; i < NSTREAMS; i++) loom_stream_destroy(streams[i]);
 }
+
+Test(alloc_stress, concurrent_threads_on_cpu_memory, .timeout = 600) { run_concurrent(0); }
+
+/* The same on mmap'd expandable segments: real pages committed and
+ * decommitted under 4 threads, with the tags catching any overlap. */
+Test(alloc_stress, concurrent_threads_on_cpu_expandable_segments, .timeout = 600) { run_concurrent(1); }

@@ -67,6 +67,8 @@ typedef struct options {
   int resume;
   int gpus;       /* --gpus: 0 none, -1 all, N */
   int scale_lr;   /* --scale-lr */
+  int on_oom_shrink;
+  int offload_optimizer;
 } options;
 
 static double now_s(void) {
@@ -85,6 +87,8 @@ static void usage(FILE *f) {
           "                  [--gpus all|N] [--scale-lr]\n"
           "Data parallel: run under mpirun -np N (one rank per process), or --gpus for N local GPUs\n"
           "in one process; --batch is per rank, --scale-lr scales the LR by the world size.\n"
+          "                  [--keep-last-fp32] [--quiet] [--batch auto] [--on-oom fail|shrink]\n"
+          "                  [--offload-optimizer]\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
@@ -117,6 +121,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--keep-last-fp32")) { o->keep_last_fp32 = 1; continue; }
     if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
     if (!strcmp(a, "--scale-lr")) { o->scale_lr = 1; continue; }
+    if (!strcmp(a, "--offload-optimizer")) { o->offload_optimizer = 1; continue; }  /* AdamW state on the host */
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -125,7 +130,15 @@ static int parse_args(int argc, char **argv, options *o) {
     int64_t n;
     if (!strcmp(a, "--data")) o->data = v;
     else if (!strcmp(a, "--epochs")) { if (!parse_i64(a, v, 1, &n)) return 0; o->epochs = (int)n; }
+    else if (!strcmp(a, "--batch") && !strcmp(v, "auto")) o->batch = 0;  /* found by probing (find_batch) */
     else if (!strcmp(a, "--batch")) { if (!parse_i64(a, v, 1, &n)) return 0; o->batch = n; }
+    else if (!strcmp(a, "--on-oom")) {
+      if (strcmp(v, "shrink") && strcmp(v, "fail")) {
+        fprintf(stderr, "loom-mnist: --on-oom is fail or shrink, got '%s'\n", v);
+        return 0;
+      }
+      o->on_oom_shrink = !strcmp(v, "shrink");
+    }
     else if (!strcmp(a, "--seed")) { if (!parse_i64(a, v, 0, &n)) return 0; o->seed = (uint64_t)n; }
     else if (!strcmp(a, "--threads")) { if (!parse_i64(a, v, 0, &n)) return 0; o->threads = (int)n; }
     else if (!strcmp(a, "--workers")) { if (!parse_i64(a, v, 0, &n)) return 0; o->workers = (int)n; }
@@ -260,6 +273,72 @@ static int fail(const char *what) {
   return 1;
 }
 
+/* The training step plus the loaders' batch buffers (prefetch + 1 of them
+ * each, f32 images and i64 labels, on the device): the training loader's
+ * scale with the batch, the test loader's (fixed_rows) do not. */
+typedef struct probe_ctx {
+  loom_classifier_probe cp;
+  int buffers;
+  int64_t fixed_rows;
+} probe_ctx;
+
+static loom_status probe_step(void *ctx, int64_t b) {
+  probe_ctx *p = ctx;
+  loom_scope_begin();
+  int64_t xs[2] = {b, p->cp.in_features + 2};  /* + 2: an i64 label takes two f32s' room */
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < p->buffers && st == LOOM_OK; i++)
+    if (!loom_empty(2, xs, LOOM_F32, p->cp.device)) st = loom_last_status();
+  xs[0] = p->fixed_rows;
+  if (st == LOOM_OK && p->fixed_rows && !loom_empty(2, xs, LOOM_F32, p->cp.device)) st = loom_last_status();
+  if (st == LOOM_OK) st = loom_batch_probe_classifier(&p->cp, b);
+  loom_scope_end();
+  return st;
+}
+
+/* --batch auto: the largest batch whose training step fits (less 10%),
+ * probed on a throwaway model and optimizer of the same shape. */
+static int find_batch(options *o, int64_t in_features, int64_t max, int buffers, loom_device dev) {
+  loom_module *m = loom_mlp_new(in_features, o->n_hidden, o->hidden, 10, dev);
+  if (!m) return fail("--batch auto: model");
+  int np = loom_module_num_params(m);
+  loom_tensor *params[2 * MAX_HIDDEN + 2];
+  for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
+  loom_adamw_options ao = loom_adamw_defaults();
+  loom_optimizer *opt = loom_adamw_new(params, np, &ao);  /* AdamW: the larger optimizer state */
+  probe_ctx pc = {{sizeof pc.cp, m, opt, in_features, 10, dev}, buffers, (int64_t)buffers * 1000};
+  loom_batch_finder_options bo;
+  loom_batch_finder_options_init(&bo);
+  bo.device = dev;
+  bo.max = max;
+  int64_t largest = 0;
+  loom_status st = opt ? loom_find_batch_size(probe_step, &pc, &bo, &o->batch, &largest) : loom_last_status();
+  loom_optimizer_free(opt);
+  loom_module_free(m);
+  loom_empty_cache(dev);
+  if (st != LOOM_OK) return fail("--batch auto");
+  if (!o->quiet) printf("batch auto: %lld (largest that fit: %lld)\n", (long long)o->batch, (long long)largest);
+  loom_manual_seed(o->seed);  /* the real model starts as with --batch N */
+  return 0;
+}
+
+/* --on-oom shrink: one step's loss over micro-batches of the batch. */
+typedef struct step_ctx {
+  loom_module *model;
+  loom_tensor *x, *y, *loss;  /* loss: the batch's mean, for the progress line */
+  loom_grad_scaler *scaler;
+  int64_t batch;
+} step_ctx;
+
+static loom_tensor *micro_loss(void *ctx, int64_t start, int64_t n) {
+  step_ctx *c = ctx;
+  loom_tensor *l = loom_cross_entropy(loom_module_forward(c->model, loom_slice(c->x, 0, start, start + n, 1)),
+                                      loom_slice(c->y, 0, start, start + n, 1));
+  loom_tensor *part = loom_mul_scalar(loom_detach(l), (double)n / (double)c->batch);
+  c->loss = loom_keep(start == 0 ? part : loom_add(c->loss, part));
+  return loom_scaler_scale(c->scaler, l);
+}
+
 static int evaluate(loom_module *model, loom_loader *test, int64_t in_features, double *accuracy) {
   int64_t correct = 0, total = 0;
   bool prev = loom_set_grad_enabled(false);
@@ -322,6 +401,7 @@ static int train(options o, loom_comm *comm) {
   /* Fashion-MNIST pixel statistics after scaling to [0, 1]. */
   static const float mean[1] = {0.2860f}, stdv[1] = {0.3530f};
   loom_loader_options lo = loom_loader_options_default();
+  if (o.batch == 0 && find_batch(&o, in_features, loom_dataset_length(train_ds), 4 + 1, dev)) return 1;
   lo.batch_size = o.batch;
   lo.shuffle = true;
   lo.seed = o.seed;
@@ -358,8 +438,9 @@ static int train(options o, loom_comm *comm) {
   loom_grad_scaler *scaler = loom_scaler_new(&sco);
   if (!scaler) return fail("loss scaler");
   /* Data parallel: rank 0's weights everywhere, gradients averaged during backward. */
-  loom_ddp *ddp = loom_ddp_new(model, comm, NULL);
-  if (!ddp || loom_ddp_attach_scaler(ddp, scaler) != LOOM_OK) return fail("data parallel");
+  /* One rank: no DDP (its buckets would only add copies). */
+  loom_ddp *ddp = world > 1 ? loom_ddp_new(model, comm, NULL) : NULL;
+  if (world > 1 && (!ddp || loom_ddp_attach_scaler(ddp, scaler) != LOOM_OK)) return fail("data parallel");
   int np = loom_module_num_params(model);
   loom_tensor **params = malloc((size_t)np * sizeof *params);
   if (!params) return 1;
@@ -373,7 +454,7 @@ static int train(options o, loom_comm *comm) {
   } else {
     loom_adamw_options ao = loom_adamw_defaults();
     ao.lr = o.lr;
-    opt = loom_adamw_new(params, np, &ao);
+    opt = o.offload_optimizer ? loom_adamw_offload_new(params, np, &ao) : loom_adamw_new(params, np, &ao);
   }
   if (!opt) return fail("optimizer");
 
@@ -382,8 +463,9 @@ static int train(options o, loom_comm *comm) {
                                ? loom_lr_cosine(o.lr, steps_per_epoch / 2, steps_per_epoch * o.epochs, 0.0)
                                : loom_lr_constant(o.lr);
   if (o.scale_lr) sched = loom_lr_scale_for_world(sched, world, steps_per_epoch);
-  if (o.save_dir && world > 1) {
-    fprintf(stderr, "loom-mnist: --save/--resume are not supported with data parallelism yet (world size %d)\n", world);
+  if ((o.save_dir || o.on_oom_shrink) && world > 1) {
+    fprintf(stderr, "loom-mnist: %s is not supported with data parallelism yet (world size %d)\n",
+            o.save_dir ? "--save/--resume" : "--on-oom shrink", world);
     return 1;
   }
   /* Checkpoints: one call saves and one restores everything that evolves. */
@@ -427,7 +509,7 @@ static int train(options o, loom_comm *comm) {
 
   int tty = isatty(STDOUT_FILENO);
   double train_seconds = 0, accuracy = 0, wait_share = 0;
-  int64_t train_samples = 0, global_step = ckpt.step;
+  int64_t train_samples = 0, global_step = ckpt.step, micro = o.batch;
   for (int epoch = (int)loom_loader_epoch(train) + 1; epoch <= o.epochs; epoch++) {
     loom_loader_stats_reset(train);
     double t0 = now_s(), loss_sum = 0, last_loss = 0;
@@ -443,10 +525,18 @@ static int train(options o, loom_comm *comm) {
       int64_t b = loom_tensor_dim(x, 0);
       int64_t flat[2] = {b, in_features};
       loom_optimizer_set_lr(opt, loom_lr_at(&sched, global_step));
-      loom_tensor *loss = loom_cross_entropy(loom_module_forward(model, loom_reshape(x, 2, flat)), y);
-      loom_optimizer_zero_grad(opt);
-      if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
-      if (loom_ddp_sync(ddp) != LOOM_OK) return fail("gradient all-reduce");
+      loom_tensor *loss = NULL;
+      if (o.on_oom_shrink) {  /* micro-batches, halved on OOM (library: loom_backward_micro_batches) */
+        step_ctx sc = {model, loom_reshape(x, 2, flat), y, NULL, scaler, b};
+        if (loom_backward_micro_batches(opt, micro_loss, &sc, b, &micro, true, dev) != LOOM_OK)
+          return fail("training step");
+        loss = sc.loss;
+      } else {
+        loss = loom_cross_entropy(loom_module_forward(model, loom_reshape(x, 2, flat)), y);
+        loom_optimizer_zero_grad(opt);
+        if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
+      }
+      if (ddp && loom_ddp_sync(ddp) != LOOM_OK) return fail("gradient all-reduce");
       if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
       step++;
       global_step++;

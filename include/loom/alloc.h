@@ -23,6 +23,23 @@
  *   backend:native|cuda_async   native pools, or cudaMallocAsync on a memory
  *                               pool (CUDA devices only; CPU/pinned stay native)
  *   history:N                   keep the last N allocator events for snapshots
+ *   expandable_segments:true|false|compact
+ *                               instead of separate 2/20 MiB segments, reserve
+ *                               an address range per (stream, size class) and
+ *                               map memory into it as the pool grows (CUDA's
+ *                               virtual memory API, 2 MiB granules; mmap on
+ *                               the CPU, page granules), so freed space merges
+ *                               with what comes next and little is reserved
+ *                               beyond the peak; empty-cache unmaps free
+ *                               granules. compact: before every growth, also
+ *                               unmap the least recently freed whole free
+ *                               granules of the stream first, so reserved
+ *                               memory follows the live footprint when shapes
+ *                               vary (costs map/unmap calls in the steady
+ *                               state; on CUDA each unmap waits for the
+ *                               device). CPU and CUDA pools (the pinned pool
+ *                               keeps ordinary segments); not with preallocate
+ *                               or backend:cuda_async
  * Unknown keys and bad values are errors (LOOM_ERR_INVALID_ARG, with a
  * message); a bad LOOM_ALLOC_CONF makes every allocation fail with that
  * message rather than be ignored.
@@ -68,6 +85,7 @@ typedef struct loom_alloc_options {
   size_t limit_bytes;          /* 0: none; with limit_fraction, the smaller wins */
   size_t max_split_size;       /* SIZE_MAX: split every block */
   double gc_threshold;         /* 0: off */
+  int32_t expandable_segments; /* 0 off, 1 on, 2 compact (see above) */
 } loom_alloc_options;
 
 LOOM_API void loom_alloc_options_init(loom_alloc_options *o);

@@ -34,5 +34,36 @@ static inline void loom_no_grad_end(bool prev) { loom_set_grad_enabled(prev); }
 typedef void (*loom_grad_hook)(loom_tensor *t, loom_tensor *grad, void *user);
 LOOM_API loom_status loom_set_grad_hook(loom_tensor *t, loom_grad_hook hook, void *user);
 
+/* ---- activation checkpointing ---------------------------------------------
+ * loom_checkpoint(fn, ctx, n, inputs) returns fn(ctx, n, inputs), computed
+ * without recording the ops inside: the segment's intermediates are freed
+ * when it returns, and only its inputs are kept for backward. Backward runs
+ * fn again with grad on, from the random state the forward pass started
+ * with (dropout draws the same masks; the global generator is not moved),
+ * and backpropagates through that recomputation: gradients equal those of
+ * the plain run. Parameters used inside fn get their gradients (and their
+ * grad-ready hooks fire) during that inner backward.
+ * fn: returns one new tensor (NULL with an error on failure), must compute
+ * the same thing when called again, and may use parameters and ctx freely;
+ * ctx must stay valid until the backward has run or the graph is freed.
+ * n: 1 .. 5 inputs (NULL inputs propagate). Under no-grad it just calls fn.
+ * Side effects run twice (a batch norm inside updates its running
+ * statistics again in backward, as in PyTorch). Follows the scope rule. */
+typedef loom_tensor *(*loom_checkpoint_fn)(void *ctx, int n, loom_tensor *const *inputs);
+LOOM_API loom_tensor *loom_checkpoint(loom_checkpoint_fn fn, void *ctx, int n, loom_tensor *const *inputs);
+
+/* ---- activation offload --------------------------------------------------
+ * loom_offload(fn, ctx, n, inputs) returns fn(ctx, n, inputs), recorded as
+ * usual, but every contiguous tensor the ops inside save for backward is
+ * copied to host memory and only that copy is kept, so the region's device
+ * activations are freed when it returns (like PyTorch's save_on_cpu);
+ * backward brings them back a few nodes ahead of their use. Gradients equal
+ * the plain run's. Under no-grad it just calls fn. On CUDA devices the
+ * copies run on a copy stream into pinned host memory, ordered by events
+ * (the host never waits); on the CPU it saves nothing and only costs the
+ * copies.
+ * Same fn/ctx rules as loom_checkpoint (n may be 0); follows the scope rule. */
+LOOM_API loom_tensor *loom_offload(loom_checkpoint_fn fn, void *ctx, int n, loom_tensor *const *inputs);
+
 LOOM_EXTERN_C_END
 #endif

@@ -22,6 +22,8 @@
 #include "amp.h"
 #include "io.h"
 #include "dist.h"
+#include "batch.h"
+#include "graph.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

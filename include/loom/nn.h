@@ -150,6 +150,28 @@ LOOM_API loom_status loom_resnet_set_memory_format(loom_module *resnet, loom_mem
 LOOM_API loom_status loom_module_split_decay(const loom_module *m, loom_tensor **decay, int *n_decay,
                                              loom_tensor **no_decay, int *n_no_decay);
 
+/* Options of loom_mlp_new_ex (init with loom_mlp_options_init). */
+typedef struct loom_mlp_options {
+  size_t struct_size;
+  /* Activation checkpointing: recompute every run of this many layers
+   * (a hidden Linear+ReLU, or the output Linear) in backward instead of
+   * keeping their activations (loom_sequential_set_checkpoint_every); 0 off. */
+  int checkpoint_every;
+} loom_mlp_options;
+LOOM_API void loom_mlp_options_init(loom_mlp_options *o);
+/* loom_mlp_new with options (o NULL: the defaults). */
+LOOM_API loom_module *loom_mlp_new_ex(int64_t in_features, int n_hidden, const int64_t *hidden, int64_t out_features,
+                                      loom_device dev, const loom_mlp_options *o);
+
+/* Activation checkpointing (see loom_checkpoint in autograd.h), one line per
+ * model: with on, m's forward (under grad) keeps only its input for backward
+ * and recomputes the rest there; gradients are unchanged, memory drops,
+ * backward pays one more forward of m. Parameter names do not change. */
+LOOM_API loom_status loom_module_set_checkpoint(loom_module *m, bool on);
+/* For a Sequential (a ResNet stage, an MLP): checkpoint each run of n
+ * consecutive children as one segment (n = 1: every block); 0 off. */
+LOOM_API loom_status loom_sequential_set_checkpoint_every(loom_module *seq, int n);
+
 LOOM_API loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x);
 /* "Linear(784, 1024, relu)", "Sequential[3]", ... */
 LOOM_API const char *loom_module_name(const loom_module *m);

@@ -47,6 +47,15 @@ LOOM_API loom_sgd_options loom_sgd_defaults(void);
 LOOM_API loom_adamw_options loom_adamw_defaults(void);
 LOOM_API loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_options *opt);
 LOOM_API loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_adamw_options *opt);
+/* AdamW whose state (exp_avg, exp_avg_sq) and update live on the host:
+ * step() copies each gradient to host memory, updates host f32 copies of
+ * the parameters on the CPU and copies them back, so the device holds only
+ * the parameters and their gradients (loom-mnist --offload-optimizer). The
+ * results equal loom_adamw_new's on the CPU. Ordinary host memory and
+ * synchronous copies for now (not pinned, not overlapped); f32 parameters
+ * without low-precision copies; the loss scaler's device-side skip is not
+ * supported (step() refuses it). */
+LOOM_API loom_optimizer *loom_adamw_offload_new(loom_tensor *const *params, int n, const loom_adamw_options *opt);
 LOOM_API loom_status loom_optimizer_step(loom_optimizer *o);
 /* Drop every parameter's gradient. */
 LOOM_API loom_status loom_optimizer_zero_grad(loom_optimizer *o);

@@ -21,6 +21,7 @@
 #include "alloc/alloc_internal.h"
 #include "alloc/provider_fake.h"
 #include "device/device_internal.h"
+#include "device/graph_capture.h"
 
 #define SLOT_CPU 0
 #define SLOT_PINNED 1
@@ -217,6 +218,7 @@ static loom_status create_locked(int slot) {
   cfg.preallocate = o->preallocate_fraction;
   cfg.history = o->history;
   cfg.poison = prov->host_accessible;
+  cfg.expandable = o->expandable_segments && slot != SLOT_PINNED;
   if (slot != SLOT_PINNED) {
     loom_device dev = slot == SLOT_CPU ? loom_cpu() : loom_cuda(slot - SLOT_CUDA0);
     cfg.arena_stream = loom_stream_current(dev);
@@ -264,6 +266,9 @@ static loom_status apply_locked(int slot) {
   if ((o->preallocate_fraction > 0) != (loom_pool_preallocated(p) != 0))
     return loom_set_error(LOOM_ERR_STATE, "%s: preallocation cannot change after the device's first allocation; set "
                           "LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
+  if (slot != SLOT_PINNED && (o->expandable_segments != 0) != (loom_pool_expandable(p) != 0))
+    return loom_set_error(LOOM_ERR_STATE, "%s: expandable_segments cannot change after the device's first allocation; "
+                          "set LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
   return loom_pool_set_controls(p, limit, o->max_split_size, o->gc_threshold, o->history);
 }
 
@@ -311,6 +316,87 @@ loom_status loom_alloc_set_device_config(loom_device dev, const loom_alloc_optio
 
 /* ---- allocation ------------------------------------------------------------ */
 
+/* ---- private pools (graph capture, see alloc.h) ----------------------------- */
+
+#define MAX_PRIVATE 64
+static _Thread_local loom_pool *tl_private;  /* this thread's allocations on tl_private_slot go here */
+static _Thread_local int tl_private_slot;
+static pthread_mutex_t g_private_lock = PTHREAD_MUTEX_INITIALIZER;
+static loom_pool *g_private[MAX_PRIVATE];
+static int g_private_slot[MAX_PRIVATE];
+static atomic_int g_nprivate;  /* lets the free path skip the lock when there are none */
+
+loom_status loom_alloc_private_begin(loom_device dev, loom_pool **out) {
+  int slot;
+  *out = NULL;
+  if (tl_private) return loom_set_error(LOOM_ERR_STATE, "graph capture: this thread already routes allocations to a "
+                                        "private pool (one capture at a time per thread)");
+  if (!slot_of(dev, &slot)) return loom_last_status();
+  loom_pool *mp;
+  loom_async *a;
+  LOOM_TRY(get_slot(slot, &mp, &a));
+  char name[48], dn[32];
+  slot_name(slot, dn, sizeof dn);
+  if (a)
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: graph capture needs the native allocator (backend:native); "
+                          "backend:cuda_async has its own capture rules", dn);
+  snprintf(name, sizeof name, "%s:graph", dn);
+  const loom_provider *prov = slot_provider(slot);
+  loom_pool_config cfg;
+  loom_pool_config_init(&cfg, name);
+  cfg.poison = prov->host_accessible;
+  LOOM_TRY(resolve_limit(slot, prov, slot_opts(slot), &cfg.limit));
+  loom_pool *p = NULL;
+  LOOM_TRY(loom_pool_create(prov, &cfg, &p));
+  pthread_mutex_lock(&g_private_lock);
+  int n = atomic_load(&g_nprivate);
+  if (n == MAX_PRIVATE) {
+    pthread_mutex_unlock(&g_private_lock);
+    loom_pool_destroy(p);
+    return loom_set_error(LOOM_ERR_STATE, "graph capture: %d graphs alive already; free some (loom_graph_free)",
+                          MAX_PRIVATE);
+  }
+  g_private[n] = p;
+  g_private_slot[n] = slot;
+  atomic_store(&g_nprivate, n + 1);
+  pthread_mutex_unlock(&g_private_lock);
+  tl_private = p;
+  tl_private_slot = slot;
+  *out = p;
+  return LOOM_OK;
+}
+
+void loom_alloc_private_end(void) { tl_private = NULL; }
+
+void loom_alloc_private_destroy(loom_pool *p) {
+  if (!p) return;
+  if (tl_private == p) tl_private = NULL;
+  pthread_mutex_lock(&g_private_lock);
+  int n = atomic_load(&g_nprivate);
+  for (int i = 0; i < n; i++)
+    if (g_private[i] == p) {
+      g_private[i] = g_private[n - 1];
+      g_private_slot[i] = g_private_slot[n - 1];
+      atomic_store(&g_nprivate, n - 1);
+      break;
+    }
+  pthread_mutex_unlock(&g_private_lock);
+  loom_pool_destroy(p);
+}
+
+/* Free ptr into the private pool of slot that owns it; 0 if none does. */
+static int free_private(int slot, void *ptr) {
+  if (atomic_load_explicit(&g_nprivate, memory_order_acquire) == 0) return 0;
+  pthread_mutex_lock(&g_private_lock);
+  loom_pool *owner = NULL;
+  for (int i = 0; i < atomic_load(&g_nprivate) && !owner; i++)
+    if (g_private_slot[i] == slot && loom_pool_owns(g_private[i], ptr)) owner = g_private[i];
+  /* Freed under the lock: the graph (and its pool) cannot go away meanwhile. */
+  if (owner) loom_pool_free(owner, ptr);
+  pthread_mutex_unlock(&g_private_lock);
+  return owner != NULL;
+}
+
 loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *stream, void **out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_malloc: out is NULL");
   *out = NULL;
@@ -326,6 +412,7 @@ loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *strea
     return loom_set_error(LOOM_ERR_DEVICE, "loom_alloc_malloc: stream belongs to %s, memory is asked for on %s",
                           loom_device_str(loom_stream_device(stream), a, sizeof a), loom_device_str(dev, b, sizeof b));
   }
+  if (tl_private && tl_private_slot == slot) return loom_pool_malloc(tl_private, nbytes, stream, out);
   loom_pool *p;
   loom_async *a;
   LOOM_TRY(get_slot(slot, &p, &a));
@@ -333,6 +420,7 @@ loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *strea
 }
 
 static loom_status free_in_slot(int slot, void *ptr) {
+  if (free_private(slot, ptr)) return LOOM_OK;
   loom_pool *p = atomic_load_explicit(&g_slots[slot].pool, memory_order_acquire);
   loom_async *a = atomic_load_explicit(&g_slots[slot].async, memory_order_acquire);
   if (a) return loom_async_free(a, ptr);
@@ -349,6 +437,7 @@ void loom_alloc_free(loom_device dev, void *ptr) {
 }
 
 loom_status loom_alloc_pinned_malloc(size_t nbytes, void **out) {
+  loom_capture_note_unsafe("a pinned host allocation (outside the capture's pool)");
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_pinned_malloc: out is NULL");
   *out = NULL;
   loom_pool *p;

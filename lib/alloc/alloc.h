@@ -24,4 +24,12 @@ void loom_alloc_pinned_free(void *ptr);
 loom_status loom_alloc_record_stream(loom_device dev, void *ptr, loom_stream *stream);
 loom_status loom_alloc_pinned_record_stream(void *ptr, loom_stream *stream);
 
+/* Graph capture (lib/device/graph.c): from begin until end, this thread's
+ * allocations on dev come from a new private pool (*out); frees of its
+ * blocks find it from any thread until it is destroyed (with the graph). */
+struct loom_pool;
+loom_status loom_alloc_private_begin(loom_device dev, struct loom_pool **out);
+void loom_alloc_private_end(void);
+void loom_alloc_private_destroy(struct loom_pool *p);
+
 #endif

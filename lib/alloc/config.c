@@ -11,7 +11,8 @@
 
 #include "alloc/alloc_internal.h"
 
-#define KNOWN_KEYS "preallocate, limit, max_split_size_mb, garbage_collection_threshold, backend, history"
+#define KNOWN_KEYS \
+  "preallocate, limit, max_split_size_mb, garbage_collection_threshold, backend, history, expandable_segments"
 
 void loom_alloc_options_init(loom_alloc_options *o) {
   if (!o) return;
@@ -41,6 +42,16 @@ loom_status loom_alloc_options_check(const loom_alloc_options *o) {
   if (!(o->gc_threshold >= 0 && o->gc_threshold < 1))
     return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: garbage_collection_threshold %g must be in (0, 1), "
                           "or 0 for off", o->gc_threshold);
+  if (o->expandable_segments < 0 || o->expandable_segments > 2)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: expandable_segments %d must be 0 (off), 1 or "
+                          "2 (compact)",
+                          o->expandable_segments);
+  if (o->expandable_segments && o->preallocate_fraction > 0)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: expandable_segments and preallocate exclude each "
+                          "other (ranges that grow, or one arena that never does); choose one");
+  if (o->expandable_segments && o->backend == LOOM_ALLOC_BACKEND_CUDA_ASYNC)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: expandable_segments belongs to the native backend; "
+                          "backend:cuda_async manages its own memory; choose one");
   if (o->history < 0 || o->history > 10000000)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: history %d must be in [0, 10000000]", o->history);
   return LOOM_OK;
@@ -151,6 +162,12 @@ loom_status loom_alloc_options_parse(const char *conf, loom_alloc_options *o) {
       else if (strcmp(val, "cuda_async") == 0) r.backend = LOOM_ALLOC_BACKEND_CUDA_ASYNC;
       else st = loom_set_error(LOOM_ERR_INVALID_ARG, "allocator config '%s': backend:%s must be native or cuda_async",
                                conf, val);
+    } else if (strcmp(key, "expandable_segments") == 0) {
+      if (strcmp(val, "true") == 0 || strcmp(val, "1") == 0) r.expandable_segments = 1;
+      else if (strcmp(val, "compact") == 0) r.expandable_segments = 2;
+      else if (strcmp(val, "false") == 0 || strcmp(val, "0") == 0) r.expandable_segments = 0;
+      else st = loom_set_error(LOOM_ERR_INVALID_ARG, "allocator config '%s': expandable_segments:%s must be true, "
+                               "false or compact", conf, val);
     } else if (strcmp(key, "history") == 0) {
       if (!parse_int(val, 0, 10000000, &n))
         st = loom_set_error(LOOM_ERR_INVALID_ARG, "allocator config '%s': history:%s must be an integer in [0, 10000000]",
@@ -162,6 +179,7 @@ loom_status loom_alloc_options_parse(const char *conf, loom_alloc_options *o) {
     }
   }
   free(copy);
+  if (st == LOOM_OK) st = loom_alloc_options_check(&r);  /* combinations (expandable with preallocate, ...) */
   if (st == LOOM_OK) *o = r;
   return st;
 }

@@ -15,6 +15,23 @@
  * itself wait on that stream (GPU-side). Before failing, the pool frees the
  * cached segment that fits best, then every unused segment, and retries.
  *
+ * With expandable segments (a provider with virtual memory), a pool does
+ * not grow by whole segments: each (stream, size class) gets a reserved
+ * address range (the limit, or the device's size) into which physical
+ * granules are mapped as requests need them, so the free tail of the range
+ * and the new request merge into one block instead of a fresh 2/20 MiB
+ * segment beside it. A growth maps only what the request lacks, rounded up
+ * to the granule. Blocks tile the whole range; the parts not backed by
+ * memory are blocks in the LOOM_BLOCK_UNMAPPED state (granule-aligned,
+ * never next to each other). Reserved bytes count mapped bytes only. Empty
+ * cache, the OOM retries and garbage collection unmap the whole granules
+ * inside free blocks (oldest first for garbage collection) and give a range
+ * back once nothing in it is mapped. A stream never takes another stream's
+ * range: it maps its own after the other's free granules were unmapped.
+ * Compact mode (expandable == 2) also unmaps, before every growth, as many
+ * bytes of whole free granules of the stream's ranges as the growth maps,
+ * least recently freed first, so reserved follows the live footprint.
+ *
  * With preallocate, the pool reserves one arena segment up front and never
  * grows: every request is carved from it (split whenever 512 B or more
  * remain), all blocks belong to the arena's stream, and allocations on other
@@ -38,7 +55,7 @@
 #define LOOM_POOL_OVERSIZE_TOLERANCE ((size_t)20 << 20)
 
 enum { LOOM_POOL_SMALL = 1, LOOM_POOL_LARGE = 2 };
-enum { LOOM_BLOCK_FREE = 0, LOOM_BLOCK_ALLOCATED = 1, LOOM_BLOCK_PENDING = 2 };
+enum { LOOM_BLOCK_FREE = 0, LOOM_BLOCK_ALLOCATED = 1, LOOM_BLOCK_PENDING = 2, LOOM_BLOCK_UNMAPPED = 3 };
 
 typedef struct loom_pool loom_pool;
 
@@ -60,12 +77,14 @@ typedef struct loom_pool_config {
   int history;                /* event ring entries; 0: off */
   loom_stream *arena_stream;  /* stream the preallocated arena belongs to */
   int poison;                 /* ASan-poison free blocks (host memory only) */
+  int expandable;             /* expandable segments (needs the provider's va_* calls): 1, or 2 compact */
   loom_pool_trace trace;
 } loom_pool_config;
 
 void loom_pool_config_init(loom_pool_config *c, const char *name);
 
-/* Preallocation happens here (and may fail with LOOM_ERR_OOM). */
+/* Preallocation happens here (and may fail with LOOM_ERR_OOM); expandable
+ * segments on a provider without virtual memory are LOOM_ERR_UNSUPPORTED. */
 loom_status loom_pool_create(const loom_provider *prov, const loom_pool_config *cfg, loom_pool **out);
 /* Returns every segment to the provider, including ones still allocated. */
 void loom_pool_destroy(loom_pool *p);
@@ -80,6 +99,9 @@ loom_status loom_pool_empty_cache(loom_pool *p);
 loom_status loom_pool_set_controls(loom_pool *p, size_t limit, size_t max_split_size, double gc_threshold,
                                    int history);
 int loom_pool_preallocated(const loom_pool *p);
+int loom_pool_expandable(const loom_pool *p);
+/* Is ptr a live allocation of p? */
+int loom_pool_owns(loom_pool *p, const void *ptr);
 int loom_pool_has_allocated(loom_pool *p);
 
 void loom_pool_stats(loom_pool *p, loom_memory_stats *out);
@@ -102,7 +124,9 @@ typedef struct loom_block_info {
 
 typedef struct loom_segment_info {
   uintptr_t base;
-  size_t size;
+  size_t size;             /* the address range (for an expandable segment, reserved) */
+  size_t mapped;           /* bytes backed by memory (= size unless expandable) */
+  int expandable;
   int kind;                /* LOOM_POOL_SMALL / LOOM_POOL_LARGE */
   loom_stream *stream;
   int nblocks;

@@ -36,11 +36,29 @@ typedef struct loom_provider {
   loom_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
   /* Memory is ordinary host memory (AddressSanitizer may poison free blocks). */
   int host_accessible;
+  /* Virtual memory, for expandable segments (all NULL when unsupported): a
+   * range of address space is reserved once and physical memory is mapped
+   * into it and unmapped from it in granules as the pool grows and shrinks.
+   * va_granularity: the mapping unit (a power of two, a multiple of 512),
+   * or 0 with an error when the device cannot do it. va_reserve: nbytes
+   * (a granule multiple) of address space, granule-aligned, nothing mapped.
+   * va_map / va_unmap: granule-aligned ranges inside a reservation; a range
+   * may span several earlier maps, and va_unmap waits for work still queued
+   * on the device (like cudaFree does). va_map fails with LOOM_ERR_OOM when
+   * the device is full. va_release: a reservation with nothing mapped. */
+  size_t (*va_granularity)(void *ctx);
+  loom_status (*va_reserve)(void *ctx, size_t nbytes, void **base);
+  loom_status (*va_release)(void *ctx, void *base, size_t nbytes);
+  loom_status (*va_map)(void *ctx, void *addr, size_t nbytes);
+  loom_status (*va_unmap)(void *ctx, void *addr, size_t nbytes);
 } loom_provider;
 
-/* CPU memory, 64-byte aligned; events are loom_event (complete at once). */
+/* CPU memory, 64-byte aligned; events are loom_event (complete at once).
+ * Expandable segments: mmap'd PROT_NONE reservations, committed page by page
+ * with mprotect and given back with a fresh PROT_NONE mapping (vmm_cpu.c). */
 const loom_provider *loom_provider_cpu(void);
-/* cudaMalloc on logical CUDA device index (NULL when built without CUDA). */
+/* cudaMalloc on logical CUDA device index (NULL when built without CUDA).
+ * Expandable segments: the CUDA virtual memory API (vmm_cuda.c). */
 const loom_provider *loom_provider_cuda(int index);
 /* cudaHostAlloc (NULL when built without CUDA). */
 const loom_provider *loom_provider_pinned(void);

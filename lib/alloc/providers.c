@@ -1,5 +1,7 @@
 /* providers.c — the real providers: CPU memory (aligned_alloc), CUDA device
- * memory (cudaMalloc) and pinned host memory (cudaHostAlloc). Events and
+ * memory (cudaMalloc) and pinned host memory (cudaHostAlloc), with the
+ * virtual-memory calls of vmm_cpu.c / vmm_cuda.c for expandable segments
+ * (pinned memory has none). Events and
  * stream waits go through lib/device's loom_event, which is synchronous on
  * the CPU and a cudaEvent_t on GPUs, so all three share that code. */
 #include <stdint.h>
@@ -7,6 +9,7 @@
 #include <unistd.h>
 
 #include "alloc/provider.h"
+#include "alloc/vmm.h"
 #include "device/device_internal.h"
 
 /* ---- events, shared by every real provider ------------------------------ */
@@ -75,6 +78,7 @@ static loom_status cpu_seg_free(void *ctx, void *p, size_t n) {
 static const loom_provider g_cpu = {
     "cpu", NULL, cpu_seg_alloc, cpu_seg_free, ev_domain, ev_create, ev_destroy,
     ev_record, ev_query, ev_wait, host_mem_info, 1,
+    loom_vmm_cpu_granularity, loom_vmm_cpu_reserve, loom_vmm_cpu_release, loom_vmm_cpu_map, loom_vmm_cpu_unmap,
 };
 
 const loom_provider *loom_provider_cpu(void) { return &g_cpu; }
@@ -121,7 +125,9 @@ const loom_provider *loom_provider_cuda(int index) {
   /* Written once per index under the allocator's global lock. */
   if (!g_cuda_init[index]) {
     loom_provider p = {"cuda", (void *)(intptr_t)index, cuda_seg_alloc, cuda_seg_free, ev_domain, ev_create,
-                       ev_destroy, ev_record, ev_query, ev_wait, cuda_mem_info, 0};
+                       ev_destroy, ev_record, ev_query, ev_wait, cuda_mem_info, 0,
+                       loom_vmm_cuda_granularity, loom_vmm_cuda_reserve, loom_vmm_cuda_release, loom_vmm_cuda_map,
+                       loom_vmm_cuda_unmap};
     g_cuda[index] = p;
     g_cuda_init[index] = 1;
   }
@@ -150,7 +156,7 @@ static loom_status pinned_seg_free(void *ctx, void *p, size_t n) {
 
 static const loom_provider g_pinned = {
     "pinned", NULL, pinned_seg_alloc, pinned_seg_free, ev_domain, ev_create, ev_destroy,
-    ev_record, ev_query, ev_wait, host_mem_info, 0,
+    ev_record, ev_query, ev_wait, host_mem_info, 0, NULL, NULL, NULL, NULL, NULL,
 };
 
 const loom_provider *loom_provider_pinned(void) { return &g_pinned; }

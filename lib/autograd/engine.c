@@ -126,7 +126,7 @@ static loom_status check_saved_versions(const loom_node *n) {
       return loom_set_error(LOOM_ERR_STATE,
                             "backward: input %d of %s (shape %s), saved for the gradient, was modified in place after "
                             "the forward pass (copy_, fill_ or an optimizer step); run the forward pass again",
-                            k, loom_op_get(n->op)->name, loom_shape_str(t->ndim, t->shape, b, 96));
+                            k, loom_node_name(n), loom_shape_str(t->ndim, t->shape, b, 96));
     }
   }
   for (int k = 0; k < LOOM_OP_MAX_OUT; k++) {
@@ -135,7 +135,7 @@ static loom_status check_saved_versions(const loom_node *n) {
       return loom_set_error(LOOM_ERR_STATE,
                             "backward: the output of %s, saved for the gradient, was modified in place after the "
                             "forward pass; run the forward pass again",
-                            loom_op_get(n->op)->name);
+                            loom_node_name(n));
   }
   return LOOM_OK;
 }
@@ -158,7 +158,7 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
       st = loom_set_error(LOOM_ERR_STATE,
                           "backward: a node of this graph (%s) already ran backward and freed its saved tensors; "
                           "run the forward pass again",
-                          loom_op_get(n->op)->name);
+                          loom_node_name(n));
       goto done;
     }
     st = check_saved_versions(n);
@@ -210,16 +210,23 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
       loom_node_free_saved(n);
       continue;
     }
+    /* Offloaded activations: this node's back on the device, and the next
+     * ones' on their way (synchronous copies for now, see offload.c). */
+    for (size_t j = i; j < nodes.n && j <= i + 2 && st == LOOM_OK; j++) st = loom_offload_prefetch(nodes.p[j]);
+    if (st != LOOM_OK) {
+      loom_tensor_release(gy);
+      break;
+    }
     loom_tensor *gx[LOOM_OP_MAX_IN] = {0};
     n->gy_exclusive = exclusive(gy);
     loom_scope_begin();
-    st = loom_op_get(n->op)->backward(n, gy, gx);
+    st = n->custom ? n->custom->backward(n, gy, gx) : loom_op_get(n->op)->backward(n, gy, gx);
     for (int k = 0; k < LOOM_OP_MAX_IN && st == LOOM_OK; k++) {
       if (n->needs_grad[k] && !gx[k]) {
         st = loom_last_status() != LOOM_OK ? loom_last_status()
                                             : loom_set_error(LOOM_ERR_INTERNAL, "backward of %s produced no gradient",
-                                                             loom_op_get(n->op)->name);
-        loom_error_prefix("backward of %s", loom_op_get(n->op)->name);
+                                                             loom_node_name(n));
+        loom_error_prefix("backward of %s", loom_node_name(n));
       }
     }
     for (int k = 0; k < LOOM_OP_MAX_IN; k++) loom_tensor_retain(gx[k]);

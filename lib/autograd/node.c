@@ -25,16 +25,48 @@ void loom_node_free_saved(loom_node *n) {
   }
   loom_tensor_release(n->given_db);
   n->given_db = NULL;
+  if (n->custom && n->custom_ctx) n->custom->free_ctx(n->custom_ctx);
+  n->custom_ctx = NULL;
   n->freed = true;
 }
 
-loom_status loom_node_record(loom_op_id op, const loom_op_args *a) {
-  const loom_op_def *d = loom_op_get(op);
+/* Inside a loom_offload region: replace the saved device tensors by host
+ * copies (a tensor that cannot be copied stays where it is). */
+static void offload_saved(loom_node *n) {
+  for (int k = 0; k < LOOM_OP_MAX_IN + LOOM_OP_MAX_OUT; k++) {
+    bool in = k < LOOM_OP_MAX_IN;
+    int j = in ? k : k - LOOM_OP_MAX_IN;
+    loom_tensor **slot = in ? &n->saved_in[j] : &n->saved_out[j];
+    unsigned *ver = in ? &n->saved_in_version[j] : &n->saved_out_version[j];
+    if (!*slot) continue;
+    loom_tensor *h = loom_offload_to_host(*slot);
+    if (!h) {
+      loom_clear_error();
+      continue;
+    }
+    n->offload_dev = (*slot)->storage->device;
+    loom_tensor_release(*slot);
+    *slot = h;
+    *ver = atomic_load(&h->storage->version);
+    n->offloaded |= 1u << (in ? j : 8 + j);
+  }
+}
+
+const char *loom_node_name(const loom_node *n) { return n->custom ? n->custom->name : loom_op_get(n->op)->name; }
+
+static loom_status record(loom_op_id op, const loom_node_custom *c, void *ctx, const loom_op_args *a) {
+  const char *name = c ? c->name : loom_op_get(op)->name;
+  unsigned saves = c ? (1u << LOOM_OP_MAX_IN) - 1 : loom_op_get(op)->saves;  /* custom: every input */
   loom_node *n = calloc(1, sizeof *n);
-  if (!n) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory recording autograd", d->name);
+  if (!n) {
+    if (c) c->free_ctx(ctx);
+    return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory recording autograd", name);
+  }
   atomic_init(&n->refcount, 1);
   n->seq = atomic_fetch_add(&g_seq, 1) + 1;
   n->op = op;
+  n->custom = c;
+  n->custom_ctx = ctx;
   n->args = *a;
   for (int k = 0; k < LOOM_OP_MAX_IN; k++) n->args.in[k] = NULL;
   for (int k = 0; k < LOOM_OP_MAX_OUT; k++) n->args.out[k] = NULL;
@@ -55,33 +87,40 @@ loom_status loom_node_record(loom_op_id op, const loom_op_args *a) {
       n->needs_grad[k] = true;
       n->next[k].leaf = loom_tensor_retain(t);
     }
-    if (d->saves & LOOM_SAVE_IN(k)) {
+    if (saves & LOOM_SAVE_IN(k)) {
       n->saved_in[k] = alias(t);
       n->saved_in_version[k] = atomic_load(&t->storage->version);
       ok = ok && n->saved_in[k];
     }
   }
-  if (d->saves & LOOM_SAVE_OUT0) {
+  if (saves & LOOM_SAVE_OUT0) {
     n->saved_out[0] = alias(a->out[0]);
     n->saved_out_version[0] = atomic_load(&a->out[0]->storage->version);
     ok = ok && n->saved_out[0];
   }
   /* Output 1 is optional (e.g. linear's ReLU mask exists only on CUDA). */
-  if ((d->saves & LOOM_SAVE_OUT1) && a->n_out > 1 && a->out[1]) {
+  if ((saves & LOOM_SAVE_OUT1) && a->n_out > 1 && a->out[1]) {
     n->saved_out[1] = alias(a->out[1]);
     n->saved_out_version[1] = atomic_load(&a->out[1]->storage->version);
     ok = ok && n->saved_out[1];
   }
   if (!ok) {
     loom_node_release(n);
-    return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory saving tensors for backward", d->name);
+    return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory saving tensors for backward", name);
   }
+  if (loom_offload_active()) offload_saved(n);
   loom_tensor *out = a->out[0];
   n->out_nhwc = loom_tensor_is_channels_last(out) && !loom_tensor_is_contiguous(out);
   loom_node_release(out->grad_fn);
   out->grad_fn = n;
   out->requires_grad = true;
   return LOOM_OK;
+}
+
+loom_status loom_node_record(loom_op_id op, const loom_op_args *a) { return record(op, NULL, NULL, a); }
+
+loom_status loom_node_record_custom(const loom_node_custom *c, void *ctx, const loom_op_args *a) {
+  return record(LOOM_OP_COUNT, c, ctx, a);
 }
 
 void loom_node_release(loom_node *n) {

@@ -36,15 +36,49 @@ typedef struct loom_node {
    * node receives is dZ, and its bias gradient is given_db (owned). */
   bool gy_is_dz;
   loom_tensor *given_db;
+  /* A node that is not an op-table op (op is LOOM_OP_COUNT): its own
+   * backward and name (loom_checkpoint); ctx is freed with the saved tensors. */
+  const struct loom_node_custom *custom;
+  void *custom_ctx;
+  /* Activation offload (offload.c): saved tensors now held as host copies,
+   * bit k for saved_in[k], bit 8 + k for saved_out[k]; their device. */
+  unsigned offloaded;
+  loom_device offload_dev;
   /* engine scratch (valid during one backward) */
   loom_tensor *pending_grad;
   int deps;
   bool gy_exclusive;                       /* backward may overwrite gy */
 } loom_node;
 
+typedef struct loom_node_custom {
+  const char *name;
+  /* Like an op's backward rule: gx[k] for each input that needs grad,
+   * tensors of the engine's open scope. */
+  loom_status (*backward)(loom_node *n, loom_tensor *gy, loom_tensor **gx);
+  void (*free_ctx)(void *ctx);
+} loom_node_custom;
+
 /* Record a node for op on args whose outputs were just computed. Attaches
  * it to out[0] as grad_fn. */
 loom_status loom_node_record(loom_op_id op, const loom_op_args *a);
+/* The same for a custom node: every input is saved; ctx belongs to the node
+ * from here on (freed by c->free_ctx, also when recording fails). */
+loom_status loom_node_record_custom(const loom_node_custom *c, void *ctx, const loom_op_args *a);
+/* offload.c: inside a loom_offload region on this thread? */
+int loom_offload_active(void);
+/* A contiguous host copy of t (not in any scope), or NULL (t not
+ * contiguous, or out of memory: the caller keeps t on its device). */
+loom_tensor *loom_offload_to_host(loom_tensor *t);
+/* Bring n's offloaded saved tensors back to their device (no-op when none). */
+loom_status loom_offload_prefetch(loom_node *n);
+
+/* checkpoint.c: is a checkpointed segment being recomputed (in backward) on
+ * this thread? Ops with side effects skip them then (batch norm's running
+ * statistics were updated by the forward pass already). */
+int loom_checkpoint_recomputing(void);
+
+/* The node's name for messages (its op's, or the custom one's). */
+const char *loom_node_name(const loom_node *n);
 void loom_node_release(loom_node *n);
 /* Release the tensors saved for backward (after the node has run). */
 void loom_node_free_saved(loom_node *n);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/rng_replay.h"
 #include "loom/rng.h"
 
 /* Below this many elements a fill is not worth waking a thread team. */
@@ -75,7 +76,36 @@ void loom_manual_seed(uint64_t seed) {
   pthread_mutex_unlock(&g_rng_mu);
 }
 
+/* A replay (loom_rng_replay_begin) on this thread: draws come from here and
+ * leave the global generator alone. */
+static _Thread_local loom_rng_replay tl_replay;
+
+void loom_rng_global_peek(uint64_t *seed, uint64_t *offset) {
+  if (tl_replay.active) {
+    *seed = tl_replay.seed;
+    *offset = tl_replay.offset;
+    return;
+  }
+  pthread_mutex_lock(&g_rng_mu);
+  *seed = g_rng_seed;
+  *offset = g_rng_offset;
+  pthread_mutex_unlock(&g_rng_mu);
+}
+
+void loom_rng_replay_begin(uint64_t seed, uint64_t offset, loom_rng_replay *saved) {
+  *saved = tl_replay;
+  tl_replay = (loom_rng_replay){1, seed, offset};
+}
+
+void loom_rng_replay_end(const loom_rng_replay *saved) { tl_replay = *saved; }
+
 void loom_rng_global_reserve(size_t n, uint64_t *seed, uint64_t *offset) {
+  if (tl_replay.active) {
+    if (seed) *seed = tl_replay.seed;
+    if (offset) *offset = tl_replay.offset;
+    tl_replay.offset += blocks_for(n);
+    return;
+  }
   pthread_mutex_lock(&g_rng_mu);
   const uint64_t s = g_rng_seed, o = g_rng_offset;
   g_rng_offset += blocks_for(n); /* 2^64 blocks: wrap-around is not a practical concern */

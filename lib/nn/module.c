@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/autograd.h"
 #include "nn/module_internal.h"
 
 loom_module *loom_module_alloc(int kind, const char *name) {
@@ -110,6 +111,13 @@ loom_module *loom_module_find_child(const loom_module *m, const char *name) {
   return NULL;
 }
 
+/* The module's own forward, as a loom_checkpoint segment. */
+static loom_tensor *checkpointed_forward(void *ctx, int n, loom_tensor *const *in) {
+  (void)n;
+  loom_module *m = ctx;
+  return m->forward(m, in[0]);
+}
+
 loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x) {
   if (!m) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "module_forward: module is NULL");
@@ -119,7 +127,14 @@ loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x) {
     if (loom_last_status() == LOOM_OK) loom_set_error(LOOM_ERR_NULL_INPUT, "%s: input is NULL", m->name);
     return NULL;
   }
+  if (m->checkpoint && loom_is_grad_enabled()) return loom_checkpoint(checkpointed_forward, m, 1, &x);
   return m->forward(m, x);
+}
+
+loom_status loom_module_set_checkpoint(loom_module *m, bool on) {
+  if (!m) return loom_set_error(LOOM_ERR_INVALID_ARG, "module_set_checkpoint: module is NULL");
+  m->checkpoint = on;
+  return LOOM_OK;
 }
 
 const char *loom_module_name(const loom_module *m) { return m ? m->name : ""; }

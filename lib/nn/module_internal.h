@@ -47,6 +47,11 @@ struct loom_module {
   /* Linear (features), Conv2d (channels) */
   int64_t in_features, out_features;
   loom_activation act;    /* fused activation: Linear, Conv2d, BatchNorm2d */
+  /* Activation checkpointing (loom_module_set_checkpoint): forward runs
+   * through loom_checkpoint. Sequential: checkpoint runs of this many
+   * children (loom_sequential_set_checkpoint_every; 0 off). */
+  bool checkpoint;
+  int checkpoint_every;
   /* Precision policy hook (lib/amp): NULL = fp32. */
   void *policy;
 };

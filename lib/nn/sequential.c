@@ -3,17 +3,83 @@
  * layers share, and the MLP builder. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "loom/autograd.h"
 #include "nn/module_internal.h"
 
-static loom_tensor *seq_forward(loom_module *m, loom_tensor *x) {
-  for (int i = 0; i < m->n_children && x; i++) x = loom_module_forward(m->children[i], x);
+/* One checkpointed run of children [lo, hi) of Sequential m (the ctx of
+ * its loom_checkpoint). */
+typedef struct seq_run {
+  loom_module *m;
+  int lo, hi;
+} seq_run;
+
+typedef struct seq_runs {
+  struct seq_runs *old;
+  int cap;
+  seq_run runs[];
+} seq_runs;
+
+static loom_tensor *run_children(void *ctx, int n, loom_tensor *const *in) {
+  (void)n;
+  const seq_run *r = ctx;
+  loom_tensor *x = in[0];
+  for (int i = r->lo; i < r->hi && x; i++) x = loom_module_forward(r->m->children[i], x);
   return x;
+}
+
+static loom_tensor *seq_forward(loom_module *m, loom_tensor *x) {
+  int every = m->checkpoint_every;
+  if (every <= 0 || !loom_is_grad_enabled()) {
+    for (int i = 0; i < m->n_children && x; i++) x = loom_module_forward(m->children[i], x);
+    return x;
+  }
+  /* The runs' bounds must outlive the forward call (backward recomputes
+   * them): they live in the module, one per run; a table outgrown by added
+   * children is kept (graphs may still point into it) until the module dies. */
+  int need = (m->n_children + every - 1) / every;
+  seq_runs *t = m->impl;
+  if (!t || t->cap < need) {
+    seq_runs *nt = calloc(1, sizeof *nt + (size_t)need * sizeof(seq_run));
+    if (!nt) {
+      loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for checkpointing", m->name);
+      return NULL;
+    }
+    nt->cap = need;
+    nt->old = t;
+    m->impl = t = nt;
+  }
+  seq_run *runs = t->runs;
+  for (int r = 0, lo = 0; lo < m->n_children && x; r++, lo += every) {
+    runs[r] = (seq_run){m, lo, lo + every < m->n_children ? lo + every : m->n_children};
+    x = loom_checkpoint(run_children, &runs[r], 1, &x);
+  }
+  return x;
+}
+
+static void seq_destroy(loom_module *m) {
+  for (seq_runs *t = m->impl, *nx; t; t = nx) {
+    nx = t->old;
+    free(t);
+  }
+  m->impl = NULL;
+}
+
+loom_status loom_sequential_set_checkpoint_every(loom_module *seq, int n) {
+  if (!seq || seq->kind != LOOM_MOD_SEQUENTIAL)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "sequential_set_checkpoint_every: not a Sequential module");
+  if (n < 0) return loom_set_error(LOOM_ERR_INVALID_ARG, "sequential_set_checkpoint_every: n = %d must be >= 0 (0: off)", n);
+  seq->checkpoint_every = n;
+  return LOOM_OK;
 }
 
 loom_module *loom_sequential_new(void) {
   loom_module *m = loom_module_alloc(LOOM_MOD_SEQUENTIAL, "Sequential[0]");
-  if (m) m->forward = seq_forward;
+  if (m) {
+    m->forward = seq_forward;
+    m->destroy = seq_destroy;
+  }
   return m;
 }
 
@@ -71,4 +137,29 @@ loom_module *loom_mlp_new(int64_t in_features, int n_hidden, const int64_t *hidd
     prev = out;
   }
   return seq;
+}
+
+void loom_mlp_options_init(loom_mlp_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+}
+
+loom_module *loom_mlp_new_ex(int64_t in_features, int n_hidden, const int64_t *hidden, int64_t out_features,
+                             loom_device dev, const loom_mlp_options *o) {
+  if (o && (o->struct_size < sizeof(size_t) || o->struct_size > sizeof *o)) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "mlp_new_ex: options struct_size %zu unknown (this loom knows %zu); call "
+                   "loom_mlp_options_init", o->struct_size, sizeof *o);
+    return NULL;
+  }
+  if (o && o->checkpoint_every < 0) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "mlp_new_ex: checkpoint_every = %d must be >= 0 (0: off)", o->checkpoint_every);
+    return NULL;
+  }
+  loom_module *m = loom_mlp_new(in_features, n_hidden, hidden, out_features, dev);
+  if (m && o && loom_sequential_set_checkpoint_every(m, o->checkpoint_every) != LOOM_OK) {
+    loom_module_free(m);
+    return NULL;
+  }
+  return m;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "loom/rng.h"
+#include "autograd/node.h"
 #include "ops/op.h"
 #include "ops/shape_rules.h"
 
@@ -42,6 +43,9 @@ loom_tensor *loom_batch_norm(loom_tensor *x, loom_tensor *running_mean, loom_ten
     memcpy(&o, opt, opt->size);
   }
   if (!x) return null_input("batch_norm", "x");
+  /* A checkpointed segment recomputed in backward: the forward pass updated
+   * the running statistics already; batch statistics only this time. */
+  if (o.training && loom_checkpoint_recomputing()) running_mean = running_var = NULL;
   loom_scope_begin();  /* layout copies are intermediates */
   loom_op_args a = {.in = {canonical(x), weight && !loom_tensor_is_contiguous(weight) ? loom_contiguous(weight) : weight,
                            bias && !loom_tensor_is_contiguous(bias) ? loom_contiguous(bias) : bias, running_mean,

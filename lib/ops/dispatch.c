@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "autograd/node.h"
+#include "device/graph_capture.h"
 #include "ops/op.h"
 
 static loom_status check_inputs(const loom_op_def *d, loom_op_args *a) {
@@ -82,8 +83,17 @@ fail:
   return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
 }
 
+/* run() with the op named for graph capture's messages (graph_capture.h). */
+static loom_status run_named(loom_op_id id, loom_op_args *a, bool record) {
+  const loom_op_def *d = loom_op_get(id);
+  const char *prev = loom_capture_set_op(d ? d->name : NULL);
+  loom_status st = run(id, a, record);
+  loom_capture_set_op(prev);
+  return st;
+}
+
 loom_tensor *loom_op_run(loom_op_id id, loom_op_args *a) {
-  if (run(id, a, true) != LOOM_OK) return NULL;
+  if (run_named(id, a, true) != LOOM_OK) return NULL;
   for (int k = 0; k < LOOM_OP_MAX_OUT; k++) loom_tensor_adopt(a->out[k]);
   return a->out[0];
 }
@@ -96,5 +106,8 @@ loom_status loom_op_run_into(loom_op_id id, loom_op_args *a) {
   loom_device dev = a->in[0]->storage->device;
   loom_kernel_fn kernel;
   LOOM_TRY(kernel_for(d, dev, &kernel));
-  return kernel(a);
+  const char *prev = loom_capture_set_op(d->name);
+  loom_status st = kernel(a);
+  loom_capture_set_op(prev);
+  return st;
 }

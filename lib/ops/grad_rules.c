@@ -144,7 +144,7 @@ LOOM_GRAD_RULE(loom_grad_linear) {
   int64_t act = dz_given ? LOOM_ACT_NONE : n->args.i[0];
   loom_node *p = NEED(0) ? n->next[0].node : NULL;
   bool chain = p && p->op == LOOM_OP_LINEAR && p->args.i[0] == LOOM_ACT_RELU && p->saved_out[1] && !p->freed &&
-               p->consumers == 1;
+               p->consumers == 1 && !p->offloaded;  /* an offloaded mask is in host memory */
   loom_tensor *g = gy;
   bool g_own = n->gy_exclusive;
   if (chain && act == LOOM_ACT_RELU) {

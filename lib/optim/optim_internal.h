@@ -51,7 +51,18 @@ struct loom_optimizer {
   bool counts_on_device;
   /* CUDA: where the gather of the copies' gradients keeps its work list. */
   struct loom_dev_table *gather_table;
+  /* Optimizer offload (loom_adamw_offload_new, optim_offload.c): the state
+   * lives with host copies of the parameters (host_params, owned), stepped
+   * by offload_inner on the CPU; this object keeps no state of its own. */
+  struct loom_optimizer *offload_inner;
+  loom_tensor **host_params;
 };
+
+/* optim_offload.c: a host copy of parameter p (f32, contiguous, no scope). */
+loom_tensor *loom_offload_param_copy(loom_tensor *p);
+/* Step an offloading optimizer: gradients to the host, the CPU update, the
+ * parameters back to the device. */
+loom_status loom_offload_optimizer_step(loom_optimizer *o, const int32_t *skip);
 
 /* One optimizer step whose update (and count) a device flag can veto: CUDA
  * only, skip is a device word (the loss scaler's found-inf); NULL is

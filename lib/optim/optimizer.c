@@ -188,6 +188,40 @@ loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_ada
   return opt_first_group(r, params, n, o.lr, o.weight_decay);
 }
 
+loom_optimizer *loom_adamw_offload_new(loom_tensor *const *params, int n, const loom_adamw_options *opt) {
+  /* Validate the options and build the state on the host copies first. */
+  loom_tensor **host = calloc(n > 0 ? (size_t)n : 1, sizeof *host);
+  if (!host) {
+    loom_set_error(LOOM_ERR_OOM, "adamw_offload: out of host memory");
+    return NULL;
+  }
+  loom_optimizer *inner = NULL, *o = NULL;
+  bool ok = params && n > 0;
+  for (int i = 0; ok && i < n; i++) {
+    if (!params[i]) loom_set_error(LOOM_ERR_NULL_INPUT, "adamw_offload: parameter %d is NULL", i);
+    ok = params[i] && (host[i] = loom_offload_param_copy(params[i])) != NULL;
+    if (ok) host[i]->requires_grad = true;
+  }
+  if (ok) inner = loom_adamw_new(host, n, opt);
+  /* The device side: parameters only, no state (nbufs 0). */
+  /* Made as a momentum-free SGD so append_group allocates no state buffers,
+   * then labelled AdamW (the state lives in inner). */
+  if (inner) o = opt_first_group(opt_new(params, n, LOOM_OPTIM_SGD, inner->lr, 0.0), params, n, inner->lr, 0.0);
+  if (o) o->kind = LOOM_OPTIM_ADAMW;
+  if (!o) {
+    if (!params || n <= 0) loom_set_error(LOOM_ERR_INVALID_ARG, "adamw_offload: needs at least one parameter (got %d)", n);
+    loom_optimizer_free(inner);
+    for (int i = 0; i < n && params; i++) loom_tensor_release(host[i]);
+    free(host);
+    return NULL;
+  }
+  o->adamw = inner->adamw;
+  o->lr = inner->lr;
+  o->offload_inner = inner;
+  o->host_params = host;
+  return o;
+}
+
 loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, float **pp, const float **gp, float **b1,
                                       float **b2, int64_t *numel, int *idx) {
   int k = 0;
@@ -305,6 +339,7 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
 
 loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
+  if (o->offload_inner) return loom_offload_optimizer_step(o, skip);
   bool on_gpu = o->device.kind == LOOM_CUDA;
   if (skip && !on_gpu) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer_step: a device skip flag on the CPU");
   int *idx = o->scratch.idx;
@@ -355,6 +390,7 @@ loom_status loom_optimizer_zero_grad(loom_optimizer *o) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_zero_grad: optimizer is NULL");
   for (int i = 0; i < o->n; i++) loom_zero_grad(o->params[i]);
   loom_amp_zero_copy_grads(o->params, o->n);
+  if (o->offload_inner) loom_optimizer_zero_grad(o->offload_inner);
   return LOOM_OK;
 }
 
@@ -362,6 +398,7 @@ void loom_optimizer_set_lr(loom_optimizer *o, double lr) {
   if (!o) return;
   o->lr = lr;
   for (int g = 0; g < o->n_groups; g++) o->groups[g].lr = lr;
+  if (o->offload_inner) loom_optimizer_set_lr(o->offload_inner, lr);
 }
 double loom_optimizer_get_lr(const loom_optimizer *o) { return o ? o->lr : 0.0; }
 
@@ -451,6 +488,11 @@ int64_t loom_optimizer_steps(const loom_optimizer *o) {
 
 void loom_optimizer_free(loom_optimizer *o) {
   if (!o) return;
+  if (o->offload_inner) {
+    loom_optimizer_free(o->offload_inner);
+    for (int i = 0; i < o->n; i++) loom_tensor_release(o->host_params[i]);
+    free(o->host_params);
+  }
   for (int i = 0; i < o->n; i++) {
     if (o->buf1) loom_tensor_release(o->buf1[i]);
     if (o->buf2) loom_tensor_release(o->buf2[i]);

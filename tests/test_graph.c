@@ -1,0 +1,152 @@
+/* test_graph.c — graph capture (graph.h): the state machine, the private
+ * pool (allocations inside a capture leave the device pool alone and come
+ * back to the graph's pool when freed), capture-unsafe calls (host waits,
+ * pinned allocations) turning capture_end into an error that names the op,
+ * a whole MLP + AdamW training step being capture-safe on the CPU, and on a
+ * GPU (LOOM_TEST_DEVICE=cuda) a captured op replayed on new inputs. */
+#include <criterion/criterion.h>
+
+#include "alloc/alloc.h"
+#include "device/graph_capture.h"
+#include "support/testkit.h"
+
+static loom_memory_stats cpu_stats(void) {
+  loom_memory_stats st = {.struct_size = sizeof st};
+  cr_assert_eq(loom_memory_stats_get(loom_cpu(), &st), LOOM_OK);
+  return st;
+}
+
+Test(graph, cpu_capture_uses_a_private_pool_and_has_no_replay) {
+  int64_t s[2] = {64, 64};
+  loom_tensor *keep = loom_ones(2, s, LOOM_F32, loom_cpu());  /* the device pool exists */
+  loom_memory_stats before = cpu_stats();
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  cr_assert(loom_graph_capturing());
+  loom_scope_begin();
+  loom_tensor *y = loom_mul_scalar(loom_add(keep, keep), 0.5);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  cr_assert_gt(loom_graph_pool_reserved(g), 0, "the region's tensors live in the graph's pool");
+  loom_memory_stats during = cpu_stats();
+  cr_assert_eq(during.allocated_bytes[0].current, before.allocated_bytes[0].current, "the device pool is untouched");
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_not(loom_graph_capturing());
+  tk_assert_error(loom_graph_replay(g), LOOM_ERR_UNSUPPORTED, "CUDA devices only");
+  loom_scope_end();  /* frees go back to the graph's pool, from outside the capture */
+  loom_memory_stats after = cpu_stats();
+  cr_assert_eq(after.allocated_bytes[0].current, before.allocated_bytes[0].current);
+  /* After capture, allocations go to the device pool again. */
+  loom_tensor *z = loom_add(keep, keep);
+  cr_assert_gt(cpu_stats().allocated_bytes[0].current, before.allocated_bytes[0].current);
+  loom_tensor_release(z);
+  loom_graph_free(g);
+  loom_tensor_release(keep);
+  tk_leak_check();
+}
+
+Test(graph, host_waits_during_capture_invalidate_it_naming_the_op) {
+  int64_t s[1] = {4};
+  loom_tensor *x = loom_ones(1, s, LOOM_F32, loom_cpu());
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  loom_scope_begin();
+  double v = 0;
+  cr_assert_eq(loom_item(loom_sum_all(x), &v), LOOM_OK, "the call itself still works");
+  loom_scope_end();
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "capture is invalid", "read-back", "outside any op");
+  tk_assert_error(loom_graph_replay(g), LOOM_ERR_STATE, "capture failed");
+  loom_graph_free(g);
+
+  /* Inside an op (the dispatcher names it; here named by hand). */
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  const char *prev = loom_capture_set_op("my_op");
+  cr_assert_eq(loom_stream_synchronize(loom_stream_current(loom_cpu())), LOOM_OK);
+  loom_capture_set_op(prev);
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "my_op made the host wait for a stream");
+  loom_graph_free(g);
+
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  void *pinned = NULL;
+  if (loom_alloc_pinned_malloc(64, &pinned) == LOOM_OK) loom_alloc_pinned_free(pinned);
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "pinned host allocation");
+  loom_graph_free(g);
+  loom_tensor_release(x);
+  tk_leak_check();
+}
+
+Test(graph, state_machine_errors) {
+  loom_graph *g = NULL, *h = NULL;
+  tk_assert_error(loom_graph_capture_begin(loom_cpu(), NULL), LOOM_ERR_INVALID_ARG, "out is NULL");
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  tk_assert_error(loom_graph_capture_begin(loom_cpu(), &h), LOOM_ERR_STATE, "already open");
+  cr_assert_null(h);
+  tk_assert_error(loom_graph_replay(g), LOOM_ERR_STATE, "still being captured");
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK);
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "not being captured");
+  tk_assert_error(loom_graph_capture_end(NULL), LOOM_ERR_INVALID_ARG, "NULL");
+  loom_graph_free(g);
+  /* Freed while capturing: the capture is abandoned. */
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  loom_graph_free(g);
+  cr_assert_not(loom_graph_capturing());
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "a new capture may begin");
+  loom_graph_free(g);
+  tk_leak_check();
+}
+
+/* The MLP training step (forward, backward, AdamW) makes no host wait and no
+ * pinned allocation: it can be captured whole. */
+Test(graph, an_mlp_adamw_step_is_capture_safe) {
+  loom_manual_seed(2);
+  int64_t hidden[2] = {32, 32};
+  loom_module *m = loom_mlp_new(20, 2, hidden, 5, loom_cpu());
+  int np = loom_module_num_params(m);
+  loom_tensor *params[8];
+  for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
+  loom_adamw_options ao = loom_adamw_defaults();
+  loom_optimizer *opt = loom_adamw_new(params, np, &ao);
+  int64_t xs[2] = {8, 20}, ys[1] = {8};
+  int64_t lab[8] = {0, 1, 2, 3, 4, 0, 1, 2};
+  loom_tensor *x = loom_randn(2, xs, LOOM_F32, loom_cpu()), *y = loom_from_host(lab, 1, ys, LOOM_I64, loom_cpu());
+  for (int warm = 0; warm < 2; warm++) {  /* warm-up outside, then the captured step */
+    loom_graph *g = NULL;
+    if (warm == 1) cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+    loom_scope_begin();
+    loom_tensor *loss = loom_cross_entropy(loom_module_forward(m, x), y);
+    loom_optimizer_zero_grad(opt);
+    cr_assert_eq(loom_backward(loss), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "%s", loom_last_error());
+    if (g) cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+    loom_scope_end();
+    loom_optimizer_zero_grad(opt);  /* gradients made in the capture go back to its pool */
+    loom_graph_free(g);
+  }
+  loom_tensor_release(x);
+  loom_tensor_release(y);
+  loom_optimizer_free(opt);
+  loom_module_free(m);
+  tk_leak_check();
+}
+
+/* On a GPU: y = 2x captured once, replayed after writing new values into x. */
+Test(graph_cuda, captured_op_replays_on_new_inputs) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  int64_t s[1] = {1000};
+  loom_tensor *x = loom_full(1, s, 1.0, LOOM_F32, dev);
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *y = loom_mul_scalar(x, 2.0);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  for (int r = 1; r <= 3; r++) {
+    cr_assert_eq(loom_fill_(x, (double)r), LOOM_OK);
+    cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+    double *v = tk_read(y);
+    for (int i = 0; i < 1000; i++) cr_assert_float_eq(v[i], 2.0 * r, 0, "replay %d, element %d: %g", r, i, v[i]);
+    free(v);
+  }
+  loom_tensor_release(y);
+  loom_graph_free(g);
+  loom_tensor_release(x);
+  tk_leak_check();
+}
