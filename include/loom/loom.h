@@ -20,6 +20,7 @@
 #include "optim.h"
 #include "data.h"
 #include "amp.h"
+#include "prof.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

@@ -22,6 +22,7 @@
 #include "alloc/pool.h"
 #include "alloc/ptrmap.h"
 #include "core/error.h"
+#include "prof/prof.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define LOOM_POOL_ASAN 1
@@ -59,6 +60,7 @@ struct block {
   uint32_t prio;
   uint64_t trace_id, free_tick;
   block *spare_next;
+  const char *site;    /* the op (or range) that allocated it, when sites are recorded */
 };
 
 typedef struct pending_ev { void *ev; int domain; block *b; } pending_ev;
@@ -72,6 +74,8 @@ typedef struct hist_entry {
   size_t size;
   loom_stream *stream;
   uint64_t seq;
+  int64_t ts_ns;       /* CLOCK_MONOTONIC, the profiler's clock */
+  const char *site;
 } hist_entry;
 
 struct loom_pool {
@@ -141,9 +145,17 @@ static const char *fmt_bytes(char *buf, size_t n, uint64_t v) {
   return buf;
 }
 
-static void history(loom_pool *p, int action, uintptr_t addr, size_t size, loom_stream *s) {
+/* Called after the statistics changed, so the profiler's counter sample
+ * (lib/prof) is exact at this instant. */
+static void history(loom_pool *p, int action, uintptr_t addr, size_t size, loom_stream *s, const char *site) {
+  int64_t ts = 0;
+  if (LOOM_PROF_ACTIVE())
+    ts = loom_prof_alloc_event(p->cfg.name, hist_names[action], addr, size, s, site, p->st.allocated_bytes[0].current,
+                               p->st.reserved_bytes[0].current, p->st.active_bytes[0].current);
   if (!p->hist || p->cfg.history <= 0) return;
   hist_entry *h = &p->hist[p->hist_head];
+  h->ts_ns = ts ? ts : loom_prof_now_ns();
+  h->site = site;
   h->action = action;
   h->addr = addr;
   h->size = size;
@@ -368,7 +380,7 @@ static loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s,
   stat_add(p->st.segments, kind, 1);
   p->st.num_device_allocs++;
   poison(p, sg->base, n);
-  history(p, H_SEGMENT_ALLOC, sg->base, n, s);
+  history(p, H_SEGMENT_ALLOC, sg->base, n, s, NULL);
   *out = b;
   return LOOM_OK;
 }
@@ -385,7 +397,7 @@ static loom_status release_segment(loom_pool *p, block *b) {
   stat_add(p->st.reserved_bytes, sg->kind, -(int64_t)sg->size);
   stat_add(p->st.segments, sg->kind, -1);
   p->st.num_device_frees++;
-  history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream);
+  history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream, NULL);
   block_recycle(p, b);
   free(sg);
   return st;
@@ -494,8 +506,12 @@ static void process_events_locked(loom_pool *p) {
     put_event(p, p->pend[i].ev, p->pend[i].domain);
     p->pend[i] = p->pend[--p->npend];
     if (--b->event_count == 0) {
-      history(p, H_FREE_COMPLETED, b->addr, b->size, b->stream);
+      uintptr_t addr = b->addr;
+      size_t size = b->size;
+      loom_stream *bs = b->stream;
+      const char *site = b->site;
       free_block(p, b);
+      history(p, H_FREE_COMPLETED, addr, size, bs, site);
     }
   }
 }
@@ -550,7 +566,7 @@ static loom_status take_other_stream(loom_pool *p, int kind, loom_stream *s, siz
 
 static loom_status oom_fail(loom_pool *p, size_t n, size_t size, size_t seg_size, loom_stream *s) {
   p->st.num_ooms++;
-  history(p, H_OOM, 0, n, s);
+  history(p, H_OOM, 0, n, s, LOOM_PROF_ACTIVE() ? loom_prof_site() : NULL);
   size_t fr = 0, tot = 0;
   int have_info = p->prov->mem_info(p->prov->ctx, &fr, &tot) == LOOM_OK;
   size_t largest = 0;
@@ -688,7 +704,8 @@ loom_status loom_pool_malloc(loom_pool *p, size_t n, loom_stream *s, void **out)
   stat_add(p->st.allocations, k, 1);
   p->st.num_allocs++;
   b->trace_id = p->cfg.trace.alloc ? p->cfg.trace.alloc(p->cfg.trace.ud, n, s) : 0;
-  history(p, H_ALLOC, b->addr, b->size, s);
+  b->site = LOOM_PROF_ACTIVE() ? loom_prof_site() : NULL;
+  history(p, H_ALLOC, b->addr, b->size, s, b->site);
   unpoison(p, b->addr, n);
   *out = (void *)b->addr;
   pthread_mutex_unlock(&p->mu);
@@ -713,12 +730,17 @@ loom_status loom_pool_free(loom_pool *p, void *ptr) {
   stat_add(p->st.allocations, k, -1);
   p->st.num_frees++;
   if (b->trace_id && p->cfg.trace.free) p->cfg.trace.free(p->cfg.trace.ud, b->trace_id);
-  history(p, H_FREE, b->addr, b->size, b->stream);
   poison(p, b->addr, b->size);
   loom_status st = LOOM_OK;
+  uintptr_t addr = b->addr;
+  size_t bsize = b->size;
+  loom_stream *bs = b->stream;
+  const char *site = b->site;
   if (b->nuses == 0) {
     free_block(p, b);
+    history(p, H_FREE, addr, bsize, bs, site);  /* after active_bytes dropped */
   } else {
+    history(p, H_FREE, addr, bsize, bs, site);
     b->state = LOOM_BLOCK_PENDING;
     for (int i = 0; i < b->nuses; i++) {
       void *ev;
@@ -943,6 +965,21 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* A JSON string (null for NULL); sites are op names and user range names. */
+static void sb_json_str(sbuf *b, const char *s) {
+  if (!s) {
+    sb_printf(b, "null");
+    return;
+  }
+  sb_printf(b, "\"");
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') sb_printf(b, "\\%c", *c);
+    else if (*c < 0x20) sb_printf(b, "\\u%04x", *c);
+    else sb_printf(b, "%c", *c);
+  }
+  sb_printf(b, "\"");
+}
+
 static char *sb_finish(sbuf *b) {
   if (b->failed) {
     free(b->s);
@@ -1029,18 +1066,24 @@ char *loom_pool_snapshot_json(loom_pool *p) {
     sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"pool\":\"%s\",\"stream\":%" PRIuPTR ",\"blocks\":[",
               i ? "," : "", sg->base, sg->size, sg->kind == LOOM_POOL_SMALL ? "small" : "large",
               (uintptr_t)sg->stream);
-    for (block *x = sg->head; x; x = x->next)
-      sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\"}",
+    for (block *x = sg->head; x; x = x->next) {
+      sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\",\"site\":",
                 x == sg->head ? "" : ",", x->addr, x->size, x->state == LOOM_BLOCK_FREE ? (size_t)0 : x->requested,
                 state_name(x->state));
+      sb_json_str(&b, x->state == LOOM_BLOCK_FREE ? NULL : x->site);
+      sb_printf(&b, "}");
+    }
     sb_printf(&b, "]}");
   }
   sb_printf(&b, "],\"history\":[");
   for (int i = 0; i < p->hist_len; i++) {
     int idx = (p->hist_head - p->hist_len + i + p->cfg.history) % p->cfg.history;
     hist_entry *h = &p->hist[idx];
-    sb_printf(&b, "%s{\"seq\":%" PRIu64 ",\"action\":\"%s\",\"address\":%" PRIuPTR ",\"size\":%zu,\"stream\":%" PRIuPTR "}",
-              i ? "," : "", h->seq, hist_names[h->action], h->addr, h->size, (uintptr_t)h->stream);
+    sb_printf(&b, "%s{\"seq\":%" PRIu64 ",\"ts_ns\":%" PRId64 ",\"action\":\"%s\",\"address\":%" PRIuPTR
+              ",\"size\":%zu,\"stream\":%" PRIuPTR ",\"site\":",
+              i ? "," : "", h->seq, h->ts_ns, hist_names[h->action], h->addr, h->size, (uintptr_t)h->stream);
+    sb_json_str(&b, h->site);
+    sb_printf(&b, "}");
   }
   sb_printf(&b, "]}");
   pthread_mutex_unlock(&p->mu);

@@ -10,6 +10,7 @@
 #include "amp/amp_internal.h"
 #include "loom/ops.h"
 #include "optim/optim_internal.h"
+#include "prof/prof.h"
 
 struct loom_grad_scaler {
   loom_scaler_options opt;
@@ -84,7 +85,11 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
 
 static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
   bool inf = false;
-  LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf));
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin_device(&pr, LOOM_PROF_CAT_AMP, "unscale + inf check", o->device);
+  loom_status st = loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf);
+  loom_prof_end(&pr, 0.0, 0);
+  LOOM_TRY(st);
   s->unscaled = true;
   s->found_inf = inf;
   s->unscaled_for = o;

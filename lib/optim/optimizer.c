@@ -8,6 +8,7 @@
 #include "loom/autograd.h"
 #include "loom/optim.h"
 #include "optim/optim_internal.h"
+#include "prof/prof.h"
 
 loom_sgd_options loom_sgd_defaults(void) {
   loom_sgd_options o = {sizeof(loom_sgd_options), 0.01, 0.0, 0.0, 0.0, false};
@@ -227,8 +228,7 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
   return st;
 }
 
-loom_status loom_optimizer_step(loom_optimizer *o) {
-  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
+static loom_status optimizer_step(loom_optimizer *o) {
   int *idx = o->scratch.idx;
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the
@@ -248,6 +248,16 @@ loom_status loom_optimizer_step(loom_optimizer *o) {
     }
     o->steps++;
   }
+  return st;
+}
+
+loom_status loom_optimizer_step(loom_optimizer *o) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE())
+    loom_prof_begin_device(&pr, LOOM_PROF_CAT_OPTIMIZER, o->kind == LOOM_OPTIM_SGD ? "sgd step" : "adamw step", o->device);
+  loom_status st = optimizer_step(o);
+  loom_prof_end(&pr, 0.0, 0);
   return st;
 }
 
