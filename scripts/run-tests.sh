@@ -3,8 +3,9 @@
 #   1. an AddressSanitizer + UBSan build (CPU), ctest;
 #   2. the data and loader tests under ThreadSanitizer (in-process, see
 #      tests/support/criterion_or_tsan.h);
-#   3. a -Werror build (CUDA code included when nvcc is installed), ctest —
-#      last, so the final summary is the whole suite's.
+#   3. a -Werror build (CUDA code included when nvcc is installed), ctest;
+#   4. observability: TensorBoard reads loom-mnist's event file, the metrics
+#      plot is a real PNG (scripts/check-observability.sh).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
 set -euo pipefail
@@ -29,3 +30,6 @@ echo "== build (-Werror) and test"
 cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON >/dev/null
 cmake --build "$OUT/plain" -j"$JOBS"
 (cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")
+
+echo "== observability: TensorBoard reads the event file; trace; metrics plot"
+"$ROOT/scripts/check-observability.sh" "$OUT/plain"

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 LOOM_APT_PACKAGES=(build-essential cmake pkg-config zlib1g-dev libopenblas-dev libopenblas-openmp-dev
-                   libcriterion-dev libomp-dev dataset-fashion-mnist)
+                   libcriterion-dev libomp-dev dataset-fashion-mnist
+                   libjansson-dev python3-venv python3-matplotlib)
 
 missing=()
 for p in "${LOOM_APT_PACKAGES[@]}" "$@"; do

@@ -6,7 +6,10 @@
  *              [--optimizer adamw|sgd] [--device auto|cpu|cuda[:N]] [--seed S]
  *              [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]
  *              [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]
- *              [--keep-last-fp32] [--quiet]
+ *              [--keep-last-fp32] [--quiet] [--logdir DIR] [--profile FILE] ...
+ *
+ * --logdir and --profile (examples/common/observe.h): metrics as CSV and a
+ * TensorBoard event file; a Chrome trace of a few steps after warm-up.
  *
  * LOOM_ALLOC_TRACE=path records the allocator trace (epoch markers at each
  * epoch's end) for bench_alloc_replay.
@@ -26,6 +29,8 @@
 
 #include <loom/data.h>
 #include <loom/loom.h>
+
+#include "../common/observe.h"
 
 #define MAX_HIDDEN 16
 
@@ -48,6 +53,7 @@ typedef struct options {
   int memory_stats;
   loom_precision precision;
   int keep_last_fp32;
+  observe_opts obs;
 } options;
 
 static double now_s(void) {
@@ -66,6 +72,7 @@ static void usage(FILE *f) {
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
+  observe_usage(f);
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
@@ -84,6 +91,7 @@ static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.data = "/usr/share/datasets/fashion-mnist", .epochs = 10, .batch = 128, .lr = 1e-3,
                  .n_hidden = 2, .hidden = {1024, 1024}, .optimizer = "adamw", .device = "auto", .seed = 42,
                  .threads = 0, .workers = 2, .csv = NULL, .schedule = "cosine"};
+  observe_opts_default(&o->obs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -93,6 +101,9 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
     if (!strcmp(a, "--keep-last-fp32")) { o->keep_last_fp32 = 1; continue; }
+    int ob = observe_parse(&o->obs, argc, argv, &i, "loom-mnist");
+    if (ob < 0) return 0;
+    if (ob) continue;
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -356,6 +367,8 @@ int main(int argc, char **argv) {
     fprintf(csv, "epoch,train_loss,test_accuracy,samples_per_sec,epoch_seconds,data_wait_share\n");
   }
 
+  observe *obs = observe_open(&o.obs, dev, train, "loom-mnist");
+  if (!obs) return 1;
   int tty = isatty(STDOUT_FILENO);
   double train_seconds = 0, accuracy = 0, wait_share = 0;
   int64_t train_samples = 0, global_step = 0;
@@ -364,6 +377,7 @@ int main(int argc, char **argv) {
     double t0 = now_s(), loss_sum = 0, last_loss = 0;
     int64_t step = 0, epoch_samples = 0;
     for (;;) {
+      if (observe_step_begin(obs, global_step)) return 1;
       loom_scope_begin();
       loom_tensor *x, *y;
       if (loom_loader_next(train, &x, &y) != LOOM_OK) return fail("training loader");
@@ -373,21 +387,33 @@ int main(int argc, char **argv) {
       }
       int64_t b = loom_tensor_dim(x, 0);
       int64_t flat[2] = {b, in_features};
-      loom_optimizer_set_lr(opt, loom_lr_at(&sched, global_step));
-      loom_tensor *loss = loom_cross_entropy(loom_module_forward(model, loom_reshape(x, 2, flat)), y);
+      double lr = loom_lr_at(&sched, global_step);
+      loom_optimizer_set_lr(opt, lr);
+      loom_tensor *logits = loom_module_forward(model, loom_reshape(x, 2, flat));
+      loom_tensor *loss = loom_cross_entropy(logits, y);
       loom_optimizer_zero_grad(opt);
       if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
+      double scale = loom_scaler_get_scale(scaler);  /* the scale this step used */
       if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
       step++;
       global_step++;
       epoch_samples += b;
       /* Reading the loss synchronizes with the device: do it sparingly. */
+      observe_step os = {.global_step = global_step - 1, .samples = b, .lr = lr, .loss_scale = scale,
+                         .logged = observe_log_step(obs, global_step - 1, step == steps_per_epoch)};
+      if (os.logged) {
+        int64_t c;
+        if (loom_item(loss, &os.loss) != LOOM_OK || loom_count_correct(logits, y, &c) != LOOM_OK)
+          return fail("reading the step's metrics");
+        os.accuracy = (double)c / (double)b;
+      }
       if (step % 20 == 0 || step == steps_per_epoch) {
         if (loom_item(loss, &last_loss) != LOOM_OK) return fail("reading the loss");
         loss_sum += last_loss;
         progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
                  (double)epoch_samples / (now_s() - t0));
       }
+      if (observe_step_end(obs, &os)) return 1;
       loom_scope_end();
     }
     loom_device_synchronize(dev);
@@ -409,7 +435,11 @@ int main(int argc, char **argv) {
     if (csv)
       fprintf(csv, "%d,%.6f,%.6f,%.1f,%.3f,%.6f\n", epoch, mean_loss, accuracy, (double)epoch_samples / dt, dt,
               wait_share);
+    observe_epoch oe = {global_step, mean_loss, accuracy, (double)epoch_samples / dt, wait_share,
+                        loom_lr_at(&sched, global_step - 1), loom_scaler_get_scale(scaler)};
+    if (observe_epoch_end(obs, &oe)) return 1;
   }
+  if (observe_close(obs)) return 1;
   if (csv) fclose(csv);
   if (o.memory_stats) {
     char *summary = loom_memory_summary(dev);

@@ -21,6 +21,7 @@
 #include "data.h"
 #include "amp.h"
 #include "prof.h"
+#include "metrics.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1
