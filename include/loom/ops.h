@@ -96,7 +96,13 @@ LOOM_API loom_batch_norm_options loom_batch_norm_defaults(void);
 /* x [N, C, ...] (f32/f16/bf16); running_mean / running_var [C] f32 (updated in
  * place in training, the variance Bessel-corrected as PyTorch does; may be
  * NULL in training); weight / bias [C] f32 or NULL (affine off). Statistics
- * are computed in f32 whatever x's dtype; the result has x's dtype and format. */
+ * are computed in f32 whatever x's dtype; the result has x's dtype and format.
+ * Normalization uses the biased batch variance; training needs more than one
+ * value per channel. The running statistics are written in place (their
+ * storage version is bumped, so a graph that saved them before refuses to
+ * differentiate); the op's own backward never reads them. With act =
+ * LOOM_ACT_RELU the result is relu(batch_norm(x)) in one pass, and backward
+ * recomputes the ReLU mask from x. Gradients: x, weight, bias. */
 LOOM_API loom_tensor *loom_batch_norm(loom_tensor *x, loom_tensor *running_mean, loom_tensor *running_var,
                                       loom_tensor *weight, loom_tensor *bias, const loom_batch_norm_options *opt);
 
@@ -104,12 +110,16 @@ typedef struct loom_pool2d_options {
   uint32_t size;           /* sizeof(loom_pool2d_options) */
   int64_t kernel[2];
   int64_t stride[2];       /* 0: the kernel size (PyTorch's default) */
-  int64_t padding[2];      /* 0 */
+  int64_t padding[2];      /* 0; at most half the kernel (implicit -inf for max, zeros for avg) */
   bool ceil_mode;          /* false */
   bool count_include_pad;  /* avg only: true (PyTorch's default) */
 } loom_pool2d_options;
 LOOM_API loom_pool2d_options loom_pool2d_defaults(int64_t kernel_h, int64_t kernel_w);
-/* Backward routes each gradient to the argmax of its window (first on ties). */
+/* x [N, C, H, W] -> [N, C, OH, OW], OH = floor (ceil_mode: ceil) of
+ * (H + 2 pad - kernel) / stride + 1 as in PyTorch; a kernel larger than the
+ * padded input is an error. opt is required (it holds the kernel size).
+ * Max pooling keeps each window's argmax (first on ties, a NaN wins) and
+ * backward routes the gradient there. */
 LOOM_API loom_tensor *loom_max_pool2d(loom_tensor *x, const loom_pool2d_options *opt);
 LOOM_API loom_tensor *loom_avg_pool2d(loom_tensor *x, const loom_pool2d_options *opt);
 /* [N, C, H, W] -> [N, C, out_h, out_w] with PyTorch's adaptive windows;
@@ -118,11 +128,19 @@ LOOM_API loom_tensor *loom_adaptive_avg_pool2d(loom_tensor *x, int64_t out_h, in
 
 /* Zero each element with probability p and scale the rest by 1/(1-p); the
  * mask comes from the global Philox generator, so a seed gives the same mask
- * on the CPU and on CUDA. Identity when !training or p == 0. */
+ * on the CPU and on CUDA: element i of x in memory order is kept when
+ * element i of loom_rand (same seed and offset) is >= p. Identity (x itself,
+ * no random numbers drawn) when !training or p == 0; zeros when p == 1; p
+ * outside [0, 1] is an error. Backward reuses the mask (kept as one bit per
+ * element). */
 LOOM_API loom_tensor *loom_dropout(loom_tensor *x, double p, bool training);
-/* Merge dims start_dim..end_dim (negative counts from the end) into one. */
+/* Merge dims start_dim..end_dim (negative counts from the end) into one: a
+ * view when the strides allow (loom_reshape), a copy otherwise (e.g. an
+ * NHWC tensor with H * W > 1); a 0-d tensor becomes [1]. */
 LOOM_API loom_tensor *loom_flatten(loom_tensor *x, int start_dim, int end_dim);
-/* relu(a + b) in one pass (residual joins); same shapes, or b broadcast. */
+/* relu(a + b) in one pass (residual joins); same shapes, or b broadcast
+ * (materialized once in a's layout). Result in a's format; backward writes
+ * both gradients from the output's mask in one pass. */
 LOOM_API loom_tensor *loom_add_relu(loom_tensor *a, loom_tensor *b);
 
 /* ---- losses and metrics -------------------------------------------------- */

@@ -34,10 +34,20 @@ loom_status loom_zero_grad(loom_tensor *t) {
   return LOOM_OK;
 }
 
+/* Channels-last: 4-D, NHWC strides, not also contiguous. */
+static bool nhwc(const loom_tensor *t) { return loom_tensor_is_channels_last(t) && !loom_tensor_is_contiguous(t); }
+
+/* Gradients reach a node in the layout of its forward output, and a leaf in
+ * its own layout: channels-last when that was (CNNs trained in NHWC keep
+ * NHWC gradients without copies), else contiguous (what every backward rule
+ * may assume otherwise). */
+static bool in_layout(const loom_tensor *g, bool want_nhwc) {
+  return want_nhwc ? nhwc(g) : loom_tensor_is_contiguous(g);
+}
+
 /* Held by exactly one reference and sharing storage with nobody. */
 static bool exclusive(const loom_tensor *t) {
-  return atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1 && t->offset == 0 &&
-         loom_tensor_is_contiguous(t);
+  return atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1 && t->offset == 0;
 }
 
 typedef struct vec {
@@ -74,10 +84,12 @@ static leaf_count *find_leaf(leaf_count *lc, size_t n, loom_tensor *t) {
   return NULL;
 }
 
-/* A private copy of g that belongs to no scope. */
-static loom_tensor *clone_raw(loom_tensor *g) {
+/* A private copy of g that belongs to no scope: channels-last (4-D g) or
+ * contiguous. */
+static loom_tensor *clone_raw(loom_tensor *g, bool want_nhwc) {
   loom_tensor *c = loom_tensor_alloc_raw(g->ndim, g->shape, g->dtype, g->storage->device);
   if (!c) return NULL;
+  if (want_nhwc && g->ndim == 4) loom_set_channels_last_strides(c);
   loom_op_args a = {.in = {g}, .n_in = 1, .out = {c}, .n_out = 1};
   if (loom_op_run_into(LOOM_OP_COPY, &a) != LOOM_OK) {
     loom_tensor_release(c);
@@ -87,13 +99,13 @@ static loom_tensor *clone_raw(loom_tensor *g) {
 }
 
 /* Add g (a reference the engine holds) into *slot. */
-static loom_status accumulate(loom_tensor **slot, loom_tensor *g) {
+static loom_status accumulate(loom_tensor **slot, loom_tensor *g, bool want_nhwc) {
   if (!*slot) {
-    if (exclusive(g)) {
+    if (exclusive(g) && in_layout(g, want_nhwc)) {
       *slot = g;
       return LOOM_OK;
     }
-    loom_tensor *c = clone_raw(g);  /* a fresh buffer that we may add into later */
+    loom_tensor *c = clone_raw(g, want_nhwc);  /* a fresh buffer that we may add into later */
     loom_tensor_release(g);
     if (!c) return loom_last_status();
     *slot = c;
@@ -183,7 +195,13 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
   qsort(nodes.p, nodes.n, sizeof *nodes.p, by_seq_desc);
   for (size_t i = 0; i < nodes.n; i++) ((loom_node *)nodes.p[i])->deps = 0;
 
-  root->grad_fn->pending_grad = loom_tensor_retain(seed);
+  /* The seed too arrives in the layout of the output it seeds. */
+  bool root_nhwc = root->grad_fn->out_nhwc;
+  root->grad_fn->pending_grad = in_layout(seed, root_nhwc) ? loom_tensor_retain(seed) : clone_raw(seed, root_nhwc);
+  if (!root->grad_fn->pending_grad) {
+    st = loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_OOM;
+    goto done;
+  }
   bool prev = loom_set_grad_enabled(false);
   for (size_t i = 0; i < nodes.n && st == LOOM_OK; i++) {
     loom_node *n = nodes.p[i];
@@ -219,10 +237,10 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
         continue;
       }
       if (n->next[k].node) {
-        st = accumulate(&n->next[k].node->pending_grad, gx[k]);
+        st = accumulate(&n->next[k].node->pending_grad, gx[k], n->next[k].node->out_nhwc);
       } else {
         loom_tensor *leaf = n->next[k].leaf;
-        st = accumulate(&leaf->grad, gx[k]);
+        st = accumulate(&leaf->grad, gx[k], nhwc(leaf));
         leaf_count *lc = find_leaf(leaves, nleaves, leaf);
         if (st == LOOM_OK && lc && --lc->remaining == 0 && leaf->hook) leaf->hook(leaf, leaf->grad, leaf->hook_user);
       }
@@ -277,9 +295,9 @@ loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out) {
     if (out->requires_grad) {
       /* A leaf: its gradient is the seed itself; its gradient is then
        * complete, so its grad-ready hook fires as for any other leaf. */
-      loom_tensor *g = clone_raw(grad_out);
+      loom_tensor *g = clone_raw(grad_out, nhwc(out));
       if (!g) return loom_last_status();
-      loom_status st = accumulate(&out->grad, g);
+      loom_status st = accumulate(&out->grad, g, nhwc(out));
       if (st == LOOM_OK && out->hook) out->hook(out, out->grad, out->hook_user);
       return st;
     }

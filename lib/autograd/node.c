@@ -77,6 +77,7 @@ loom_status loom_node_record(loom_op_id op, const loom_op_args *a) {
     return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory saving tensors for backward", d->name);
   }
   loom_tensor *out = a->out[0];
+  n->out_nhwc = loom_tensor_is_channels_last(out) && !loom_tensor_is_contiguous(out);
   loom_node_release(out->grad_fn);
   out->grad_fn = n;
   out->requires_grad = true;

@@ -30,6 +30,7 @@ typedef struct loom_node {
   unsigned saved_out_version[LOOM_OP_MAX_OUT];
   bool freed;                              /* saved tensors already released */
   int consumers;                           /* nodes recorded with this node's output as an input */
+  bool out_nhwc;                           /* output 0 was channels-last: its gradient comes in that layout */
   /* Set by a consumer's backward that already applied this node's dReLU
    * (CUDA DRELU_BGRAD chaining, see loom_grad_linear): the gradient this
    * node receives is dZ, and its bias gradient is given_db (owned). */

@@ -51,7 +51,7 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
   if (a->n_in < d->n_in) a->n_in = d->n_in;
   LOOM_TRY(check_inputs(d, a));
   loom_out_spec spec[LOOM_OP_MAX_OUT];
-  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) spec[k].ndim = -1;
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) spec[k].ndim = -1, spec[k].format = LOOM_FORMAT_NCHW;
   LOOM_TRY(d->infer(d->name, a, spec));
   loom_device dev = a->in[0]->storage->device;
   loom_kernel_fn kernel;
@@ -60,6 +60,7 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
     if (spec[k].ndim < 0) continue;
     a->out[k] = loom_tensor_alloc_raw(spec[k].ndim, spec[k].shape, spec[k].dtype, dev);
     if (!a->out[k]) goto fail;
+    if (spec[k].format == LOOM_FORMAT_NHWC && spec[k].ndim == 4) loom_set_channels_last_strides(a->out[k]);
   }
   a->n_out = d->n_out;
   if (kernel(a) != LOOM_OK) {

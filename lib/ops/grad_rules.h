@@ -29,4 +29,10 @@ LOOM_GRAD_RULE(loom_grad_view_reshape);
 LOOM_GRAD_RULE(loom_grad_view_permute);
 LOOM_GRAD_RULE(loom_grad_view_slice);
 LOOM_GRAD_RULE(loom_grad_view_expand);
+/* CNN ops (grad_rules_cnn.c) */
+LOOM_GRAD_RULE(loom_grad_batch_norm);
+LOOM_GRAD_RULE(loom_grad_max_pool2d);
+LOOM_GRAD_RULE(loom_grad_avg_pool2d);
+LOOM_GRAD_RULE(loom_grad_dropout);
+LOOM_GRAD_RULE(loom_grad_add_relu);
 #endif

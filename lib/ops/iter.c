@@ -1,4 +1,6 @@
 /* iter.c — building a coalesced strided iteration over an output shape. */
+#include <stdbool.h>
+
 #include "ops/iter.h"
 
 void loom_iter_init(loom_iter *it, int nops, loom_tensor *const *ops) {
@@ -7,12 +9,29 @@ void loom_iter_init(loom_iter *it, int nops, loom_tensor *const *ops) {
   it->nops = nops;
   int64_t shape[LOOM_MAX_DIMS];
   int64_t st[3][LOOM_MAX_DIMS];
-  for (int d = 0; d < nd; d++) shape[d] = out->shape[d];
+  /* Walk the output in its memory order: dims by decreasing output stride
+   * (the identity for contiguous outputs; NHWC outputs, e.g. a gradient
+   * accumulated in place, then coalesce into one run instead of W-runs of
+   * stride C). Only for outputs without zero or negative strides, where the
+   * order of the writes cannot matter. */
+  int order[LOOM_MAX_DIMS];
+  bool sortable = true;
+  for (int d = 0; d < nd; d++) {
+    order[d] = d;
+    if (out->shape[d] != 1 && out->strides[d] <= 0) sortable = false;
+  }
+  for (int i = 1; sortable && i < nd; i++)
+    for (int j = i; j > 0 && out->strides[order[j - 1]] < out->strides[order[j]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  for (int d = 0; d < nd; d++) shape[d] = out->shape[order[d]];
   for (int k = 0; k < nops; k++) {
     const loom_tensor *t = ops[k];
     int off = nd - t->ndim;
     for (int d = 0; d < nd; d++) {
-      int td = d - off;
+      int td = order[d] - off;
       if (td < 0 || t->shape[td] == 1) st[k][d] = 0;
       else st[k][d] = t->strides[td];
     }

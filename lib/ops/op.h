@@ -9,7 +9,7 @@
 #include "loom/autograd.h"
 #include "tensor/tensor_internal.h"
 
-#define LOOM_OP_MAX_IN 4
+#define LOOM_OP_MAX_IN 5   /* batch_norm: x, weight, bias, running mean, running var */
 #define LOOM_OP_MAX_OUT 4  /* linear_backward: dX, dW, db, and the chained db of the previous layer */
 #define LOOM_OP_MAX_INTS 12
 
@@ -29,6 +29,20 @@ typedef enum loom_op_id {
   LOOM_OP_COPY,            /* strided copy with dtype conversion (cast, contiguous) */
   /* Views: no kernel, only a backward rule (recorded by lib/tensor/views.c). */
   LOOM_OP_VIEW_RESHAPE, LOOM_OP_VIEW_PERMUTE, LOOM_OP_VIEW_SLICE, LOOM_OP_VIEW_EXPAND,
+  LOOM_OP_CONV2D,          /* conv2d (+ bias, + fused ReLU); lib/ops/conv_rules.c */
+  LOOM_OP_CONV2D_BACKWARD, /* dX, dW, db of conv2d in one op */
+  /* CNN ops (issue 11): outputs keep the input's memory format (NCHW / NHWC). */
+  LOOM_OP_BATCH_NORM,          /* y, stats [2, C] f32 (mean, invstd); training updates running stats */
+  LOOM_OP_BATCH_NORM_BACKWARD, /* dx, dweight, dbias in two passes over memory */
+  LOOM_OP_MAX_POOL2D,          /* y, argmax indices (i32, within each input plane) */
+  LOOM_OP_MAX_POOL2D_BACKWARD,
+  LOOM_OP_AVG_POOL2D,
+  LOOM_OP_ADAPTIVE_AVG_POOL2D,
+  LOOM_OP_AVG_POOL2D_BACKWARD, /* both avg pools (window mode in i[]) */
+  LOOM_OP_DROPOUT,             /* y, keep bitmask (u8, memory order) */
+  LOOM_OP_DROPOUT_BACKWARD,
+  LOOM_OP_ADD_RELU,            /* relu(a + b), same shape and format */
+  LOOM_OP_ADD_RELU_BACKWARD,   /* gy * (y > 0), written once per input that needs it */
   LOOM_OP_COUNT
 } loom_op_id;
 
@@ -46,7 +60,12 @@ typedef struct loom_out_spec {
   int ndim;
   int64_t shape[LOOM_MAX_DIMS];
   loom_dtype dtype;
+  int format;  /* loom_memory_format: NCHW (0, contiguous: the default) or NHWC (4-D, channels-last strides) */
 } loom_out_spec;
+/* Give a fresh contiguous 4-D [N, C, H, W] tensor channels-last strides
+ * (same storage size): how NHWC results and gradients are made
+ * (lib/tensor/memory_format.c). */
+void loom_set_channels_last_strides(loom_tensor *t);
 
 struct loom_node;
 typedef loom_status (*loom_infer_fn)(const char *opname, const loom_op_args *a, loom_out_spec *out);

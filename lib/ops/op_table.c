@@ -1,5 +1,6 @@
 /* op_table.c — the op table: name, shape rule, CPU kernel, CUDA kernel,
  * backward rule and what each op saves for backward. */
+#include "ops/conv.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/elementwise_math.h"
 #include "ops/grad_rules.h"
@@ -69,6 +70,22 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   [LOOM_OP_VIEW_PERMUTE] = {"permute", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_permute, 0, 0},
   [LOOM_OP_VIEW_SLICE] = {"slice", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_slice, 0, 0},
   [LOOM_OP_VIEW_EXPAND] = {"expand", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_expand, 0, 0},
+  /* conv2d: saves y for the fused ReLU's mask (y > 0). conv2d_backward: dx, dw, db (skipped ones NULL). */
+  [LOOM_OP_CONV2D] = {"conv2d", 2, 3, 1, loom_infer_conv2d, loom_cpu_conv2d, CUDA_K(loom_cuda_conv2d), loom_grad_conv2d, IN(0) | IN(1) | OUT0, 1},
+  [LOOM_OP_CONV2D_BACKWARD] = {"conv2d_backward", 3, 4, 3, loom_infer_conv2d_backward, loom_cpu_conv2d_backward, CUDA_K(loom_cuda_conv2d_backward), NULL, 0, 1},
+  /* CNN ops. batch_norm saves x, weight and bias (the fused ReLU's mask is recomputed from x) and its
+   * statistics; never the running statistics, which it updates in place. */
+  [LOOM_OP_BATCH_NORM] = {"batch_norm", 1, 5, 2, loom_infer_batch_norm, loom_cpu_batch_norm, CUDA_K(loom_cuda_batch_norm), loom_grad_batch_norm, IN(0) | IN(1) | IN(2) | OUT1, 0},
+  [LOOM_OP_BATCH_NORM_BACKWARD] = {"batch_norm_backward", 2, 5, 3, loom_infer_batch_norm_backward, loom_cpu_batch_norm_backward, CUDA_K(loom_cuda_batch_norm_backward), NULL, 0, 0},
+  [LOOM_OP_MAX_POOL2D] = {"max_pool2d", 1, 1, 2, loom_infer_pool2d, loom_cpu_max_pool2d, CUDA_K(loom_cuda_max_pool2d), loom_grad_max_pool2d, OUT1, 0},
+  [LOOM_OP_MAX_POOL2D_BACKWARD] = {"max_pool2d_backward", 2, 2, 1, loom_infer_pool2d_backward, loom_cpu_max_pool2d_backward, CUDA_K(loom_cuda_max_pool2d_backward), NULL, 0, 0},
+  [LOOM_OP_AVG_POOL2D] = {"avg_pool2d", 1, 1, 1, loom_infer_pool2d, loom_cpu_avg_pool2d, CUDA_K(loom_cuda_avg_pool2d), loom_grad_avg_pool2d, 0, 0},
+  [LOOM_OP_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", 1, 1, 1, loom_infer_pool2d, loom_cpu_avg_pool2d, CUDA_K(loom_cuda_avg_pool2d), loom_grad_avg_pool2d, 0, 0},
+  [LOOM_OP_AVG_POOL2D_BACKWARD] = {"avg_pool2d_backward", 1, 1, 1, loom_infer_pool2d_backward, loom_cpu_avg_pool2d_backward, CUDA_K(loom_cuda_avg_pool2d_backward), NULL, 0, 0},
+  [LOOM_OP_DROPOUT] = {"dropout", 1, 1, 2, loom_infer_dropout, loom_cpu_dropout, CUDA_K(loom_cuda_dropout), loom_grad_dropout, OUT1, 0},
+  [LOOM_OP_DROPOUT_BACKWARD] = {"dropout_backward", 2, 2, 1, loom_infer_dropout_backward, loom_cpu_dropout_backward, CUDA_K(loom_cuda_dropout_backward), NULL, 0, 0},
+  [LOOM_OP_ADD_RELU] = {"add_relu", 2, 2, 1, loom_infer_add_relu, loom_cpu_add_relu, CUDA_K(loom_cuda_add_relu), loom_grad_add_relu, OUT0, 1},
+  [LOOM_OP_ADD_RELU_BACKWARD] = {"add_relu_backward", 2, 2, 2, loom_infer_add_relu_backward, loom_cpu_add_relu_backward, CUDA_K(loom_cuda_add_relu_backward), NULL, 0, 1},
 };
 
 const loom_op_def *loom_op_get(loom_op_id id) {

@@ -14,4 +14,16 @@ loom_status loom_infer_log_softmax(const char *opname, const loom_op_args *a, lo
 loom_status loom_infer_cross_entropy(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_cross_entropy_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_copy(const char *opname, const loom_op_args *a, loom_out_spec *o);
+
+/* CNN ops (shape_rules_cnn.c). loom_cnn_format: NHWC for a 4-D
+ * channels-last tensor that is not also contiguous, else NCHW. */
+int loom_cnn_format(const loom_tensor *t);
+loom_status loom_infer_batch_norm(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_batch_norm_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_pool2d(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_pool2d_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_dropout(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_dropout_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_add_relu(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_add_relu_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
 #endif

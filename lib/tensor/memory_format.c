@@ -2,8 +2,15 @@
  * contiguous (NCHW) or channels-last (NHWC strides), as in PyTorch. The
  * logical shape never changes; only the strides say how memory is laid out,
  * so every op sees one shape convention and picks its kernel by layout. */
-#include "loom/ops.h"
-#include "tensor/tensor_internal.h"
+#include "ops/op.h"
+
+void loom_set_channels_last_strides(loom_tensor *t) {
+  int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
+  t->strides[1] = 1;
+  t->strides[3] = C;
+  t->strides[2] = W * C;
+  t->strides[0] = H * W * C;
+}
 
 static const int to_nhwc[4] = {0, 2, 3, 1};
 static const int from_nhwc[4] = {0, 3, 1, 2};

@@ -17,5 +17,18 @@ loom_status loom_cpu_log_softmax(loom_op_args *a);
 loom_status loom_cpu_log_softmax_backward(loom_op_args *a);
 loom_status loom_cpu_cross_entropy(loom_op_args *a);
 loom_status loom_cpu_cross_entropy_backward(loom_op_args *a);
+loom_status loom_cpu_conv2d(loom_op_args *a);
+loom_status loom_cpu_conv2d_backward(loom_op_args *a);
+/* CNN ops: batch_norm_cpu.c, pool_cpu.c, dropout_cpu.c, add_relu_cpu.c */
+loom_status loom_cpu_batch_norm(loom_op_args *a);
+loom_status loom_cpu_batch_norm_backward(loom_op_args *a);
+loom_status loom_cpu_max_pool2d(loom_op_args *a);
+loom_status loom_cpu_max_pool2d_backward(loom_op_args *a);
+loom_status loom_cpu_avg_pool2d(loom_op_args *a);          /* avg_pool2d and adaptive_avg_pool2d */
+loom_status loom_cpu_avg_pool2d_backward(loom_op_args *a);
+loom_status loom_cpu_dropout(loom_op_args *a);
+loom_status loom_cpu_dropout_backward(loom_op_args *a);
+loom_status loom_cpu_add_relu(loom_op_args *a);
+loom_status loom_cpu_add_relu_backward(loom_op_args *a);
 
 #endif

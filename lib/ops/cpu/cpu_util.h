@@ -23,4 +23,20 @@ void loom_cpu_store_f64(void *base, loom_dtype dt, int64_t idx, double v);
 
 static inline size_t loom_esize(loom_dtype dt) { return loom_dtype_size(dt); }
 
+/* n values at element offset off of a buffer of float dtype dt, as f32:
+ * the data itself for f32, else converted into buf (n floats). */
+static inline const float *loom_cpu_span_f32(const void *base, loom_dtype dt, int64_t off, int64_t n, float *buf) {
+  if (dt == LOOM_F32) return (const float *)base + off;
+  loom_cpu_load_f32((const char *)base + (size_t)off * loom_dtype_size(dt), dt, 1, n, buf);
+  return buf;
+}
+/* Where to write n f32 results destined for offset off: the output itself
+ * for f32, else buf; loom_cpu_out_commit rounds buf into the output. */
+static inline float *loom_cpu_out_f32(void *base, loom_dtype dt, int64_t off, float *buf) {
+  return dt == LOOM_F32 ? (float *)base + off : buf;
+}
+static inline void loom_cpu_out_commit(void *base, loom_dtype dt, int64_t off, int64_t n, const float *buf) {
+  if (dt != LOOM_F32) loom_cpu_store_f32((char *)base + (size_t)off * loom_dtype_size(dt), dt, 1, n, buf);
+}
+
 #endif

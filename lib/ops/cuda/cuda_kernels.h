@@ -41,6 +41,17 @@ loom_status loom_cuda_log_softmax_backward(loom_op_args *a);
 loom_status loom_cuda_cross_entropy(loom_op_args *a);
 loom_status loom_cuda_cross_entropy_backward(loom_op_args *a);
 loom_status loom_cuda_copy(loom_op_args *a);
+/* CNN ops (cnn_cuda.c) */
+loom_status loom_cuda_batch_norm(loom_op_args *a);
+loom_status loom_cuda_batch_norm_backward(loom_op_args *a);
+loom_status loom_cuda_max_pool2d(loom_op_args *a);
+loom_status loom_cuda_max_pool2d_backward(loom_op_args *a);
+loom_status loom_cuda_avg_pool2d(loom_op_args *a);
+loom_status loom_cuda_avg_pool2d_backward(loom_op_args *a);
+loom_status loom_cuda_dropout(loom_op_args *a);
+loom_status loom_cuda_dropout_backward(loom_op_args *a);
+loom_status loom_cuda_add_relu(loom_op_args *a);
+loom_status loom_cuda_add_relu_backward(loom_op_args *a);
 
 /* Fill t (contiguous, float dtype, on a CUDA device) with Philox numbers
  * identical to loom_rng_fill_uniform / _normal at (seed, offset). */

@@ -92,6 +92,63 @@ typedef struct loom_cu_opt_hparams {
 cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
                                loom_cu_opt_hparams h, cudaStream_t s);
 
+/* ---- CNN ops (batch_norm.cu, pool.cu, dropout.cu, add_relu.cu) ------------
+ * Tensors are dense in one of two layouts: NCHW (contiguous) or NHWC
+ * (channels-last); the C side (cnn_cuda.c) says which. */
+
+/* Batch norm over x seen as [outer, C, inner] (inner == 1: channels
+ * innermost, e.g. NHWC). Statistics are shifted sums per channel, reduced
+ * by `splits` blocks per channel into `partial` (splits * 2 * C doubles,
+ * combined in a fixed order: deterministic), then one thread per channel
+ * finishes them. */
+typedef struct loom_cu_bn {
+  int dt;                        /* dtype of x, y, gy, dx */
+  int64_t outer, C, inner;
+  const void *x;
+  void *y;                       /* forward result */
+  const void *gy;                /* backward: incoming gradient (x's layout) */
+  void *dx;                      /* backward: NULL when not needed */
+  const void *w, *b;             /* [C] or NULL (1 / 0) */
+  int wdt, bdt;
+  float *stats;                  /* [2, C]: mean, invstd (forward writes, backward reads) */
+  float *rmean, *rvar;           /* forward, training: updated in place, or NULL */
+  void *dw, *db;                 /* backward results or NULL */
+  int dwdt, dbdt;
+  double momentum, eps;
+  int relu, training;
+  double *partial;               /* scratch: splits * 2 * C doubles */
+  int splits;
+  float *coef;                   /* scratch: 5 * C floats */
+} loom_cu_bn;
+int loom_cu_bn_splits(int64_t outer, int64_t C, int64_t inner);
+cudaError_t loom_cu_bn_forward(const loom_cu_bn *p, cudaStream_t s);
+cudaError_t loom_cu_bn_backward(const loom_cu_bn *p, cudaStream_t s);
+
+/* Pooling over [N, C, H, W] -> [N, C, OH, OW]; windows from cnn_math.h. */
+typedef struct loom_cu_pool {
+  int dt, nhwc, adaptive, cip;
+  int64_t N, C, H, W, OH, OW;
+  int64_t kh, kw, sh, sw, ph, pw;
+} loom_cu_pool;
+/* One thread per output: y and (max) the argmax, i32, h * W + w. */
+cudaError_t loom_cu_max_pool_fwd(const loom_cu_pool *p, const void *x, void *y, int32_t *idx, cudaStream_t s);
+cudaError_t loom_cu_avg_pool_fwd(const loom_cu_pool *p, const void *x, void *y, cudaStream_t s);
+/* One thread per input element, gathering from the outputs whose windows
+ * hold it (no atomics, the CPU's accumulation order). */
+cudaError_t loom_cu_max_pool_bwd(const loom_cu_pool *p, const void *gy, const int32_t *idx, void *dx, cudaStream_t s);
+cudaError_t loom_cu_avg_pool_bwd(const loom_cu_pool *p, const void *gy, void *dx, cudaStream_t s);
+
+/* Dropout over n elements in memory order; mask: ceil(n/32) words. */
+cudaError_t loom_cu_dropout_fwd(int dt, const void *x, void *y, uint32_t *mask, int64_t n, uint64_t seed,
+                                uint64_t offset, double p, cudaStream_t s);
+cudaError_t loom_cu_dropout_bwd(int dt, const void *gy, const uint32_t *mask, void *dx, int64_t n, double p,
+                                cudaStream_t s);
+
+/* y = relu(a + b) and d = gy * (y > 0) (into d0 and, if not NULL, d1), n
+ * elements in memory order. */
+cudaError_t loom_cu_add_relu_fwd(int dt, const void *a, const void *b, void *y, int64_t n, cudaStream_t s);
+cudaError_t loom_cu_add_relu_bwd(int dt, const void *gy, const void *y, void *d0, void *d1, int64_t n, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

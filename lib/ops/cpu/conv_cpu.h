@@ -1,0 +1,65 @@
+/* conv_cpu.h (internal) — the CPU convolution paths behind conv_cpu.c. All
+ * work in f32 on dense buffers in the tensor's own memory format
+ * (g->nhwc): x [N][C][H][W] or [N][H][W][C], likewise y / dy / dx; the
+ * weight in the canonical [O][C/G][KH][KW] order; bias [O] or NULL.
+ * conv_cpu.c converts f16/bf16 to f32 and back around them.
+ *
+ * Threads: every function here may run several at once on different data;
+ * each parallelises itself with OpenMP. */
+#ifndef LOOM_OPS_CPU_CONV_CPU_H
+#define LOOM_OPS_CPU_CONV_CPU_H
+
+#include "ops/conv.h"
+
+/* im2col / col2im on loom's built-in GEMM (any geometry; the general path).
+ * y = act(conv(x, w) + b); dx = conv_transpose(dy, w) (dx overwritten);
+ * dw = correlation of x and dy (dw overwritten). */
+loom_status loom_conv_gemm_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y);
+loom_status loom_conv_gemm_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
+loom_status loom_conv_gemm_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
+
+/* Direct AVX-512 kernels (conv_direct.c): same contracts as the GEMM path.
+ * loom_conv_direct_applies says whether they run here (CPU support, group
+ * widths, kernel size, and not forced off). */
+bool loom_conv_direct_applies(const loom_conv_geom *g);
+loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y);
+loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
+loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
+
+/* Which instruction set the direct kernels use: "avx512", "avx2", or NULL
+ * for the best this CPU runs (tests cover each the machine has). Returns
+ * false, changing nothing, when the CPU cannot run it. Global; flip between
+ * calls. loom_conv_cpu_isa_name: "avx512", "avx2" or "none". */
+bool loom_conv_cpu_select_isa(const char *name);
+const char *loom_conv_cpu_isa_name(void);
+
+/* Depthwise kernels (conv_depthwise.c): groups == C == O; AVX-512 only. */
+bool loom_conv_depthwise_applies(const loom_conv_geom *g);
+loom_status loom_conv_depthwise_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
+                                        float *y);
+loom_status loom_conv_depthwise_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
+loom_status loom_conv_depthwise_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
+
+/* conv_layout.c. Copy one image (NCHW [C][H][W] or NHWC [H][W][C]) into the
+ * interior of a zeroed padded channels-last buffer [.][Wp][Cp] at (ph, pw);
+ * padding and channels past C are left as they are (zero). */
+void loom_conv_fill_padded(const float *x, bool nhwc, int64_t C, int64_t H, int64_t W, float *buf, int64_t Wp,
+                           int64_t Cp, int64_t ph, int64_t pw);
+/* dst [C][P] (one image's NCHW planes) = the first C channels of src [P][ld]. */
+void loom_conv_store_planes(float *dst, const float *src, int64_t P, int64_t C, int64_t ld);
+/* dst [P][C] = src [C][P]. */
+void loom_conv_load_planes(float *dst, const float *src, int64_t P, int64_t C);
+/* 64-byte aligned floats (n rounded up to a multiple of 16); free() it. */
+float *loom_conv_alloc_f(int64_t n);
+
+/* Apply bias and ReLU (g->act) to n pixels of y in place: NHWC rows of O
+ * channels, or for NCHW one channel plane at a time (see the callers). */
+void loom_conv_bias_act_rows(float *y, int64_t rows, int64_t O, const float *b, bool relu);
+void loom_conv_bias_act_plane(float *y, int64_t n, float b, bool relu);
+
+/* Force the im2col + GEMM path even where a direct kernel exists (tests and
+ * benchmarks compare the two). Global; flip between calls. */
+void loom_conv_cpu_force_gemm(bool on);
+bool loom_conv_cpu_gemm_forced(void);
+
+#endif
