@@ -687,3 +687,44 @@ Test(prof, summary_rows_older_struct) {
   loom_tensor_release(b);
   tk_leak_check();
 }
+
+/* The convolution's GFLOP/s column counts 2 * products per output (+ bias)
+ * forward, and the same products for each of dX and dW (+ db) backward. */
+Test(prof, conv2d_flops) {
+  const int64_t xs[4] = {2, 3, 8, 8}, ws[4] = {4, 3, 3, 3}, bs[1] = {4};
+  loom_manual_seed(7);
+  loom_tensor *x = loom_rand(4, xs, LOOM_F32, loom_cpu()), *w = loom_rand(4, ws, LOOM_F32, loom_cpu());
+  loom_tensor *b = loom_rand(1, bs, LOOM_F32, loom_cpu());
+  cr_assert(x && w && b);
+  cr_assert_eq(loom_set_requires_grad(x, true), LOOM_OK);
+  cr_assert_eq(loom_set_requires_grad(w, true), LOOM_OK);
+  cr_assert_eq(loom_set_requires_grad(b, true), LOOM_OK);
+  loom_conv2d_options co = loom_conv2d_defaults();
+  co.padding[0] = co.padding[1] = 1;
+  cr_assert_eq(loom_profiler_start(NULL), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *y = loom_conv2d(x, w, b, &co);  /* [2, 4, 8, 8] */
+  cr_assert_not_null(y, "%s", loom_last_error());
+  cr_assert_eq(loom_backward(loom_sum_all(y)), LOOM_OK, "%s", loom_last_error());
+  loom_scope_end();
+  cr_assert_eq(loom_profiler_stop(), LOOM_OK);
+  const double outs = 2 * 4 * 8 * 8, taps = 3 * 3 * 3;
+  loom_profiler_row rows[64];
+  int n = loom_profiler_summary_rows(rows, sizeof rows[0], 64);
+  cr_assert(n > 0 && n <= 64, "%d rows", n);
+  int seen = 0;
+  for (int r = 0; r < n; r++) {
+    if (!strcmp(rows[r].name, "conv2d")) {
+      cr_assert_float_eq(rows[r].flops, 2 * outs * taps + outs, 1e-9, "conv2d: %g flops", rows[r].flops);
+      seen++;
+    } else if (!strcmp(rows[r].name, "conv2d_backward")) {
+      cr_assert_float_eq(rows[r].flops, 2 * (2 * outs * taps) + outs, 1e-9, "conv2d_backward: %g flops", rows[r].flops);
+      seen++;
+    }
+  }
+  cr_assert_eq(seen, 2, "conv2d and conv2d_backward rows: %d of 2", seen);
+  loom_tensor_release(x);
+  loom_tensor_release(w);
+  loom_tensor_release(b);
+  tk_leak_check();
+}

@@ -3,6 +3,7 @@
  * (transcendentals too); copies and views count none. Ops added later count
  * 0 until they get a case here. */
 #include "ops/flops.h"
+#include "ops/conv.h"
 
 static double numel(const loom_tensor *t) { return t ? (double)loom_shape_numel(t->ndim, t->shape) : 0.0; }
 
@@ -50,6 +51,20 @@ double loom_op_flops(loom_op_id id, const loom_op_args *a) {
     return 5.0 * numel(x);
   case LOOM_OP_CROSS_ENTROPY_BACKWARD: /* softmax - one_hot, scaled */
     return 4.0 * numel(a->in[1]);
+  case LOOM_OP_CONV2D: {
+    /* y [N, O, OH, OW]: each output sums C/groups * KH * KW products (+ bias) (+ ReLU) */
+    const loom_tensor *w = a->in[1];
+    double y = numel(a->out[0]), taps = (double)w->shape[1] * (double)w->shape[2] * (double)w->shape[3];
+    return 2.0 * y * taps + (a->n_in > 2 && a->in[2] ? y : 0) + (a->i[LOOM_CONV_I_ACT] != LOOM_ACT_NONE ? y : 0);
+  }
+  case LOOM_OP_CONV2D_BACKWARD: {
+    /* in: gy [N, O, OH, OW], x, w; dX and dW each cost the forward's products, db sums gy */
+    const loom_tensor *w = a->in[2];
+    double gy = numel(x), taps = (double)w->shape[1] * (double)w->shape[2] * (double)w->shape[3];
+    return (a->out[0] ? 2.0 * gy * taps : 0) + (a->out[1] ? 2.0 * gy * taps : 0) + (a->out[2] ? gy : 0);
+  }
+  case LOOM_OP_ADD_RELU:
+    return 2.0 * numel(a->out[0]);
   default:
     return 0;
   }
