@@ -18,6 +18,7 @@
 # cancels):
 #   bench=prof_hooks_off_instructions work=... instr_per_op_in=... instr_per_op_out=... added_per_op=... in_vs_out=...
 # CPU only (LOOM_CUDA=OFF for both builds, so nothing but the hooks differs).
+# RUNS=0 skips the timings (only the instruction counts).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUNS="${1:-7}"
@@ -29,6 +30,7 @@ for v in ON OFF; do
 done
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 for spec in "tiny_op 2000" "mlp_step 5"; do
+  ((RUNS > 0)) || break
   set -- $spec
   work=$1 steps=$2
   : >"$B/in.txt"; : >"$B/out.txt"
@@ -45,8 +47,10 @@ for spec in "tiny_op 2000" "mlp_step 5"; do
        "best_in_vs_out=$(awk -v a="$bin" -v b="$bout" 'BEGIN {printf "%.4f", a / b}')" \
        "in_spread=$(sort -g "$B/in.txt" | sed -n '1p;$p' | paste -sd/) out_spread=$(sort -g "$B/out.txt" | sed -n '1p;$p' | paste -sd/)"
 done
-"$B/hooks-ON/bench/bench_profiler" --threads 1 --work mlp_step --rounds 15 --steps 5
-"$B/hooks-ON/bench/bench_profiler" --threads 1 --work tiny_op --rounds 15 --steps 2000
+if ((RUNS > 0)); then
+  "$B/hooks-ON/bench/bench_profiler" --threads 1 --work mlp_step --rounds 15 --steps 5
+  "$B/hooks-ON/bench/bench_profiler" --threads 1 --work tiny_op --rounds 15 --steps 2000
+fi
 
 # Instructions per op / per step, hooks in vs out (valgrind's cachegrind).
 if command -v valgrind >/dev/null; then
