@@ -6,8 +6,9 @@
 #
 #   bench/run_mlp_vs_pytorch.sh [--device cpu|cuda] [--build DIR] [--rounds N]
 #
-# On the CPU the anchor is Debian's python3-torch (CPU-only), installed here
-# when missing. Both sides use every core (torch: torch.get_num_threads()).
+# The anchor runs on the first python3 that can import torch: LOOM_PYTHON,
+# the python3 on PATH, then /usr/bin/python3 (Debian's python3-torch, installed
+# here for --device cpu when missing). Both sides use every core (torch: torch.get_num_threads()).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE=cpu BUILD="$ROOT/build" ROUNDS=3 STEPS=200 BATCH=128
@@ -21,10 +22,23 @@ while (($#)); do
     *) echo "usage: $0 [--device cpu|cuda] [--build DIR] [--rounds N] [--steps N] [--batch N]" >&2; exit 2 ;;
   esac
 done
-PY=/usr/bin/python3
-if [ "$DEVICE" = cpu ] && ! "$PY" -c "import torch" 2>/dev/null; then
-  "$ROOT/scripts/setup.sh" python3-torch
+# The anchor's interpreter: the python3 on PATH when it can import torch (the
+# GPU node's venv), else Debian's /usr/bin/python3 (python3-torch on the CPU).
+pick_python() {
+  for p in "${LOOM_PYTHON:-}" "$(command -v python3 || true)" /usr/bin/python3; do
+    [ -n "$p" ] && [ -x "$p" ] && "$p" -c "import torch" 2>/dev/null && { echo "$p"; return 0; }
+  done
+  return 1
+}
+if ! PY=$(pick_python); then
+  if [ "$DEVICE" = cpu ]; then
+    "$ROOT/scripts/setup.sh" python3-torch
+    PY=/usr/bin/python3
+  else
+    echo "bench=mlp_vs_pytorch device=$DEVICE skipped reason=\"no python3 that can import torch\""; exit 0
+  fi
 fi
+echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 [ -x "$BUILD/bench/bench_mlp_step" ] || cmake --build "$BUILD" --target bench_mlp_step -j"$(nproc)"
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }

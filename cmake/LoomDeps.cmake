@@ -1,8 +1,15 @@
 # Finds loom's dependencies: threads, OpenMP, zlib, CBLAS (OpenBLAS), CUDA
-# toolkit (cudart, cuBLAS, cuBLASLt), cuDNN and NCCL.
+# toolkit (cudart, cuBLAS, cuBLASLt), cuDNN and NCCL. Only threads are
+# required: a plain configure needs a C compiler and CMake.
 find_package(Threads REQUIRED)
 find_package(OpenMP COMPONENTS C)
-find_package(ZLIB REQUIRED)
+# zlib (ZLIB_ROOT is honoured): gzip dataset files. Without it loom reads raw
+# files and says what to install when it meets a gzip one.
+find_package(ZLIB)
+set(LOOM_HAVE_ZLIB ${ZLIB_FOUND})
+if(NOT ZLIB_FOUND)
+  message(STATUS "loom: zlib not found: gzip dataset files will be refused (install zlib1g-dev or set ZLIB_ROOT)")
+endif()
 
 # --- CBLAS -----------------------------------------------------------------
 set(LOOM_HAVE_CBLAS OFF)
@@ -41,6 +48,13 @@ if(NOT LOOM_CUDA STREQUAL "OFF")
       set(LOOM_HAVE_CUDA ON)
       find_package(CUDNN)
       find_package(NCCL)
+      # Binaries find cuDNN/NCCL where they were found (pip wheels included)
+      # without LD_LIBRARY_PATH: their directories go into the build RPATH,
+      # and into the install RPATH of what links them.
+      foreach(_d ${CUDNN_LIBRARY_DIR} ${NCCL_LIBRARY_DIR})
+        list(APPEND CMAKE_BUILD_RPATH "${_d}")
+      endforeach()
+      set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
     endif()
   endif()
   if(NOT LOOM_HAVE_CUDA AND LOOM_CUDA STREQUAL "ON")

@@ -13,6 +13,7 @@
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
 #include "loom/alloc.h"
+#include "loom/tensor.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -296,3 +297,18 @@ Test(alloc_device, asan_catches_overflow_past_the_requested_size, .exit_code = 1
 #else
 Test(alloc_device, asan_poisoning_checks) { cr_skip_test("needs an AddressSanitizer build (LOOM_SANITIZE=address)"); }
 #endif
+
+/* Issue 10, part 7: a malformed LOOM_VISIBLE_DEVICES is an error on every
+ * machine, also one without a GPU (it used to be ignored there). */
+Test(alloc_device, malformed_LOOM_VISIBLE_DEVICES_is_an_error_on_any_machine) {
+  setenv("LOOM_VISIBLE_DEVICES", "abc", 1);
+  cr_assert_eq(loom_device_count(LOOM_CUDA), 0);
+  const char *why = loom_cuda_unavailable_reason();
+  cr_assert(why && strstr(why, "LOOM_VISIBLE_DEVICES='abc'") && strstr(why, "comma-separated GPU indices"), "%s", why);
+  int64_t s = 1;
+  cr_assert_null(loom_zeros(1, &s, LOOM_F32, loom_cuda(0)));
+  cr_assert(strstr(loom_last_error(), "LOOM_VISIBLE_DEVICES='abc'"), "%s", loom_last_error());
+  loom_tensor *c = loom_zeros(1, &s, LOOM_F32, loom_cpu());
+  cr_assert_not_null(c, "the CPU is unaffected: %s", loom_last_error());
+  loom_tensor_release(c);
+}

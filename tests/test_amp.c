@@ -594,7 +594,7 @@ static double train_eval(const fmnist *d, int64_t ntrain, loom_precision prec) {
 }
 
 Test(amp_accuracy, fashion_mnist_fp16_bf16_match_fp32, .timeout = 300) {
-  const char *dir = "/usr/share/datasets/fashion-mnist";
+  const char *dir = getenv("LOOM_FASHION_MNIST") ? getenv("LOOM_FASHION_MNIST") : "/usr/share/datasets/fashion-mnist";
   fmnist d = {0};
   if (!load_split(dir, "train", &d.xtr, &d.ytr, &d.ntr) || !load_split(dir, "t10k", &d.xte, &d.yte, &d.nte))
     cr_skip_test("Fashion-MNIST not found in %s (install dataset-fashion-mnist): accuracy test skipped", dir);

@@ -450,7 +450,7 @@ Test(sampler, permutation_is_seeded_and_sharded) {
 
 /* ---- the real thing ------------------------------------------------------------ */
 Test(fashion_mnist, opens_with_60000_and_10000_samples) {
-  const char *dir = "/usr/share/datasets/fashion-mnist";
+  const char *dir = getenv("LOOM_FASHION_MNIST") ? getenv("LOOM_FASHION_MNIST") : "/usr/share/datasets/fashion-mnist";
   char ti[256], tl[256], vi[256], vl[256];
   snprintf(ti, sizeof ti, "%s/train-images-idx3-ubyte.gz", dir);
   snprintf(tl, sizeof tl, "%s/train-labels-idx1-ubyte.gz", dir);

@@ -287,3 +287,49 @@ Test(errors, nn_and_optim_options) {
   loom_scope_end();
   tk_leak_check();
 }
+
+/* ---- issue 10, part 7: messages a new user meets --------------------------------- */
+#include "core/error.h"
+
+Test(errors, each_place_is_named_once) {
+  /* The dispatcher prefixes the op's name; the kernel's message already has it. */
+  loom_scope_begin();
+  int64_t xs[2] = {2, 3}, ls = 2;
+  loom_tensor *x = mk(2, xs, LOOM_F32);
+  loom_tensor *y = loom_from_host((int64_t[]){1, 7}, 1, &ls, LOOM_I64, loom_cpu());
+  tk_assert_fails(loom_cross_entropy(x, y), LOOM_ERR_INVALID_ARG, "cross_entropy: label 7 at row 1");
+  cr_assert_null(strstr(loom_last_error(), "cross_entropy: cross_entropy"), "doubled: %s", loom_last_error());
+  loom_scope_end();
+  /* loom_error_prefix itself: a repeated first component is said once, the rest is kept. */
+  loom_set_error(LOOM_ERR_IO, "loader: disk on fire");
+  loom_error_prefix("loader: epoch %d, batch %d", 2, 5);
+  cr_assert_str_eq(loom_last_error(), "loader: epoch 2, batch 5: disk on fire");
+  loom_set_error(LOOM_ERR_IO, "matmul: shapes differ");
+  loom_error_prefix("%s", "matmul");
+  cr_assert_str_eq(loom_last_error(), "matmul: shapes differ");
+  cr_assert_eq(loom_last_status(), LOOM_ERR_IO, "the code is kept");
+  loom_set_error(LOOM_ERR_IO, "shapes differ");
+  loom_error_prefix("%s", "matmul");
+  cr_assert_str_eq(loom_last_error(), "matmul: shapes differ");
+  loom_set_error(LOOM_ERR_IO, "matmulx: y");   /* a longer word is another place */
+  loom_error_prefix("%s", "matmul");
+  cr_assert_str_eq(loom_last_error(), "matmul: matmulx: y");
+  tk_leak_check();
+}
+
+Test(errors, arange_with_a_huge_count_names_the_overflow) {
+  loom_scope_begin();
+  tk_assert_fails(loom_arange(0, 1e30, 1, LOOM_F32, loom_cpu()), LOOM_ERR_INVALID_ARG, "loom_arange", "1e+30 elements",
+                  "overflows");
+  cr_assert_null(strstr(loom_last_error(), "negative"), "%s", loom_last_error());
+  tk_assert_fails(loom_arange(0, 1, 1e-300, LOOM_F32, loom_cpu()), LOOM_ERR_INVALID_ARG, "overflows");
+  tk_assert_fails(loom_arange(1e300, -1e300, -1e-10, LOOM_F32, loom_cpu()), LOOM_ERR_INVALID_ARG, "overflows");
+  /* ordinary and empty ranges still work */
+  loom_tensor *t = loom_arange(0, 5, 2, LOOM_I64, loom_cpu());
+  int64_t s3 = 3;
+  tk_assert_tensor(t, 1, &s3, LOOM_I64, (double[]){0, 2, 4}, 0, 0, "arange");
+  int64_t s0 = 0;
+  tk_assert_shape(loom_arange(5, 0, 1, LOOM_F32, loom_cpu()), 1, &s0, "empty arange");
+  loom_scope_end();
+  tk_leak_check();
+}

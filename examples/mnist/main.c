@@ -228,7 +228,11 @@ static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, in
 }
 
 static int fail(const char *what) {
-  fprintf(stderr, "loom-mnist: %s: %s\n", what, loom_last_error());
+  /* loom's messages start with their own subsystem ("loader: ..."): say it once. */
+  const char *msg = loom_last_error();
+  size_t n = strlen(what);
+  if (strncmp(msg, what, n) == 0 && msg[n] == ':') fprintf(stderr, "loom-mnist: %s\n", msg);
+  else fprintf(stderr, "loom-mnist: %s: %s\n", what, msg);
   return 1;
 }
 
@@ -393,14 +397,15 @@ int main(int argc, char **argv) {
       loom_tensor *loss = loom_cross_entropy(logits, y);
       loom_optimizer_zero_grad(opt);
       if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
-      double scale = loom_scaler_get_scale(scaler);  /* the scale this step used */
+      /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
+      bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
+      double scale = logged ? loom_scaler_get_scale(scaler) : 0.0;  /* the scale this step used */
       if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
       step++;
       global_step++;
       epoch_samples += b;
       /* Reading the loss synchronizes with the device: do it sparingly. */
-      observe_step os = {.global_step = global_step - 1, .samples = b, .lr = lr, .loss_scale = scale,
-                         .logged = observe_log_step(obs, global_step - 1, step == steps_per_epoch)};
+      observe_step os = {.global_step = global_step - 1, .samples = b, .lr = lr, .loss_scale = scale, .logged = logged};
       if (os.logged) {
         int64_t c;
         if (loom_item(loss, &os.loss) != LOOM_OK || loom_count_correct(logits, y, &c) != LOOM_OK)

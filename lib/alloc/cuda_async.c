@@ -18,6 +18,7 @@
 #include "alloc/alloc_internal.h"
 #include "alloc/ptrmap.h"
 #include "device/device_internal.h"
+#include "device/sync_stats.h"
 #include "prof/prof.h"
 
 #ifdef LOOM_HAVE_CUDA
@@ -105,6 +106,7 @@ loom_status loom_async_malloc(loom_async *a, size_t n, loom_stream *s, void **ou
     /* Give cached memory back to the device and retry once. */
     (void)cudaGetLastError();
     retried = 1;
+    loom_sync_count(LOOM_SYNC_DEVICE);
     if (cudaDeviceSynchronize() == cudaSuccess && cudaMemPoolTrimTo(a->pool, 0) == cudaSuccess)
       e = cudaMallocFromPoolAsync(&p, size, a->pool, cs);
   }
@@ -207,6 +209,7 @@ loom_status loom_async_record_stream(loom_async *a, void *ptr, loom_stream *s) {
 
 loom_status loom_async_empty_cache(loom_async *a) {
   LOOM_TRY(loom_cuda_set_device(a->index));
+  loom_sync_count(LOOM_SYNC_DEVICE);
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
   LOOM_CUDA_CHECK(cudaMemPoolTrimTo(a->pool, 0));
   pthread_mutex_lock(&a->mu);

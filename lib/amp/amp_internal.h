@@ -31,8 +31,19 @@ loom_tensor *loom_amp_copy_of(const loom_tensor *master);
  * inv_scale in f32, then the copy's gradient is dropped (consumed); for a
  * master with its own f32 gradient, grad *= inv_scale in place (skipped when
  * inv_scale == 1 and !check). With check, *found_inf says whether any
- * resulting value is inf or NaN (read back once). */
-loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_scale, bool check, bool *found_inf);
+ * resulting value is inf or NaN (on a GPU that is a read-back: the loss
+ * scaler uses the _device form instead). table (CUDA): where the work list
+ * stays in device memory between calls (the caller owns it; may be NULL). */
+struct loom_dev_table;
+loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_scale, bool check, bool *found_inf,
+                                   struct loom_dev_table **table);
+#ifdef LOOM_HAVE_CUDA
+/* The same pass with scale and verdict on the GPU: the kernel reads the
+ * inverse scale from *inv_dev and ORs "a non-finite value was written" into
+ * *found_dev. Nothing waits for the GPU. */
+loom_status loom_amp_unscale_grads_device(loom_tensor *const *params, int n, const float *inv_dev, int32_t *found_dev,
+                                          struct loom_dev_table **table);
+#endif
 /* Drop the gradients of the copies of params (optimizer zero_grad). */
 void loom_amp_zero_copy_grads(loom_tensor *const *params, int n);
 /* After loom_optimizer_fill_group: point g->lowp at the copies of the

@@ -2,7 +2,17 @@
  * gradients in one pass, skip the optimizer step on inf/NaN, and move the
  * scale (×growth after growth_interval good steps, ×backoff on overflow,
  * within [min_scale, max_scale]). The state machine is PyTorch GradScaler's,
- * with explicit bounds and counters. */
+ * with explicit bounds and counters.
+ *
+ * On a GPU the state lives on the device (loom_amp_scaler_dev, scaler.cu),
+ * so a training step never waits for the GPU: the loss is multiplied by the
+ * device copy of the scale, the unscale kernel reads the inverse scale and
+ * ORs the found-inf flag there, the optimizer kernels read that flag and
+ * skip themselves, and one more tiny kernel moves the scale. The host fields
+ * below are then a mirror, refreshed by a read-back only when the program
+ * asks (the getters, a non-NULL *skipped / *found_inf, state_save). The
+ * kernels repeat the host's double arithmetic, so both devices follow the
+ * same scale sequence; the CPU path is exactly what it was. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +21,12 @@
 #include "loom/ops.h"
 #include "optim/optim_internal.h"
 #include "prof/prof.h"
+#ifdef LOOM_HAVE_CUDA
+#include "alloc/alloc.h"
+#include "device/device_internal.h"
+#include "device/sync_stats.h"
+#include "ops/cuda/dev_table.h"
+#endif
 
 struct loom_grad_scaler {
   loom_scaler_options opt;
@@ -23,6 +39,14 @@ struct loom_grad_scaler {
   bool unscaled;
   bool found_inf;
   const loom_optimizer *unscaled_for;
+#ifdef LOOM_HAVE_CUDA
+  /* The device state (NULL until the scaler first meets a CUDA tensor) and
+   * whether the fields above lag behind it. */
+  loom_device dev;
+  loom_amp_scaler_dev *d;
+  bool mirror_stale;
+  struct loom_dev_table *unscale_table;
+#endif
 };
 
 loom_scaler_options loom_scaler_defaults(void) {
@@ -72,28 +96,145 @@ loom_grad_scaler *loom_scaler_new(const loom_scaler_options *opt) {
   return s;
 }
 
-void loom_scaler_free(loom_grad_scaler *s) { free(s); }
+void loom_scaler_free(loom_grad_scaler *s) {
+  if (!s) return;
+#ifdef LOOM_HAVE_CUDA
+  if (s->d) loom_alloc_free(s->dev, s->d);
+  loom_dev_table_free(s->unscale_table);
+#endif
+  free(s);
+}
+
+#ifdef LOOM_HAVE_CUDA
+/* ---- the device state ------------------------------------------------------------ */
+
+static loom_amp_scaler_dev host_image(const loom_grad_scaler *s) {
+  loom_amp_scaler_dev h;
+  memset(&h, 0, sizeof h);
+  h.scale = s->scale;
+  h.scale_f = (float)s->scale;
+  h.inv_scale = (float)(1.0 / s->scale);
+  h.good_steps = s->good_steps;
+  h.steps = s->steps;
+  h.steps_skipped = s->steps_skipped;
+  h.last_overflow_step = s->last_overflow_step;
+  return h;
+}
+
+static loom_status push_state(loom_grad_scaler *s) {
+  loom_amp_scaler_dev h = host_image(s);
+  loom_stream *ls = loom_stream_current(s->dev);
+  if (!ls) return loom_last_status();
+  /* From pageable memory: staged before the call returns. */
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(s->d, &h, sizeof h, cudaMemcpyHostToDevice, (cudaStream_t)loom_stream_native(ls)));
+  return LOOM_OK;
+}
+
+/* The device state for dev, made from the host one on first use. */
+static loom_status on_device(loom_grad_scaler *s, loom_device dev) {
+  if (s->d) {
+    if (!loom_device_eq(s->dev, dev))
+      return loom_set_error(LOOM_ERR_DEVICE, "scaler: used on cuda:%d before, now on another device; use one scaler "
+                            "per device", s->dev.index);
+    return LOOM_OK;
+  }
+  loom_stream *ls = loom_stream_current(dev);
+  if (!ls) return loom_last_status();
+  s->dev = dev;
+  LOOM_TRY(loom_alloc_malloc(dev, sizeof *s->d, ls, (void **)&s->d));
+  loom_status st = push_state(s);
+  if (st != LOOM_OK) {
+    loom_alloc_free(dev, s->d);
+    s->d = NULL;
+  }
+  return st;
+}
+
+/* Bring the host mirror up to date (a read-back: the host waits). */
+static loom_status pull_state(const loom_grad_scaler *cs, loom_amp_scaler_dev *out) {
+  loom_grad_scaler *s = (loom_grad_scaler *)cs;  /* the mirror is a cache */
+  loom_amp_scaler_dev h;
+  LOOM_TRY(loom_cuda_set_device(s->dev.index));
+  loom_stream *ls = loom_stream_current(s->dev);
+  if (!ls) return loom_last_status();
+  cudaStream_t cs_ = (cudaStream_t)loom_stream_native(ls);
+  loom_sync_count(LOOM_SYNC_D2H);
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(&h, s->d, sizeof h, cudaMemcpyDeviceToHost, cs_));
+  loom_sync_count(LOOM_SYNC_STREAM);
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(cs_));
+  s->scale = h.scale;
+  s->good_steps = h.good_steps;
+  s->steps = h.steps;
+  s->steps_skipped = h.steps_skipped;
+  s->last_overflow_step = h.last_overflow_step;
+  s->mirror_stale = false;
+  if (out) *out = h;
+  return LOOM_OK;
+}
+
+static void refresh(const loom_grad_scaler *s) {
+  if (s && s->d && s->mirror_stale) (void)pull_state(s, NULL);
+}
+
+static void no_release(void *data, void *ctx) {
+  (void)data;
+  (void)ctx;
+}
+#else
+static void refresh(const loom_grad_scaler *s) { (void)s; }
+#endif
 
 loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
   if (!s) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_scale: scaler is NULL");
     return NULL;
   }
+  if (!loss) return NULL;
+#ifdef LOOM_HAVE_CUDA
+  loom_device dev = loss->storage->device;
+  if (s->opt.enabled && dev.kind == LOOM_CUDA && loom_device_is_real_cuda(dev)) {
+    if (on_device(s, dev) != LOOM_OK) return NULL;
+    if (loss->dtype == LOOM_F32) {
+      /* loss * scale with the scale read on the device: the same f32
+       * product as mul_scalar's, and autograd carries it back the same way. */
+      loom_tensor *sv = loom_tensor_wrap(&s->d->scale_f, sizeof(float), dev, 0, NULL, LOOM_F32, no_release, NULL);
+      return sv ? loom_mul(loss, sv) : NULL;
+    }
+    /* (A low-precision loss: the host needs the scale, which waits.) */
+    if (s->mirror_stale && pull_state(s, NULL) != LOOM_OK) return NULL;
+  }
+#endif
   /* mul_scalar is recorded, so backward multiplies d(loss) by the scale. */
   return loom_mul_scalar(loss, s->scale);
 }
 
-static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
+static loom_status unscale_run(loom_grad_scaler *s, loom_optimizer *o) {
+#ifdef LOOM_HAVE_CUDA
+  if (o->device.kind == LOOM_CUDA && loom_device_is_real_cuda(o->device)) {
+    /* Scale and verdict stay on the device (found_inf is not known here). */
+    LOOM_TRY(on_device(s, o->device));
+    LOOM_TRY(loom_amp_unscale_grads_device(o->params, o->n, &s->d->inv_scale, &s->d->found_inf, &s->unscale_table));
+    s->unscaled = true;
+    s->found_inf = false;
+    s->unscaled_for = o;
+    return LOOM_OK;
+  }
+#endif
   bool inf = false;
-  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
-  if (LOOM_PROF_ACTIVE()) loom_prof_begin_device(&pr, LOOM_PROF_CAT_AMP, "unscale + inf check", o->device);
-  loom_status st = loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf);
-  loom_prof_end(&pr, 0.0, 0);
-  LOOM_TRY(st);
+  LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf, NULL));
   s->unscaled = true;
   s->found_inf = inf;
   s->unscaled_for = o;
   return LOOM_OK;
+}
+
+/* In a profiler / NVTX range (device-timed on the optimizer's device). */
+static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin_device(&pr, LOOM_PROF_CAT_AMP, "unscale + inf check", o->device);
+  loom_status st = unscale_run(s, o);
+  loom_prof_end(&pr, 0.0, 0);
+  return st;
 }
 
 loom_status loom_scaler_unscale(loom_grad_scaler *s, loom_optimizer *o, bool *found_inf) {
@@ -102,11 +243,19 @@ loom_status loom_scaler_unscale(loom_grad_scaler *s, loom_optimizer *o, bool *fo
     return loom_set_error(LOOM_ERR_STATE, "scaler_unscale: already called since the last scaler_step; call it once per step");
   if (s->opt.enabled) LOOM_TRY(unscale(s, o));
   else {
-    LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL));
+    LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL, NULL));
     s->unscaled = true;
     s->found_inf = false;
     s->unscaled_for = o;
   }
+#ifdef LOOM_HAVE_CUDA
+  if (found_inf && s->opt.enabled && s->d && o->device.kind == LOOM_CUDA) {
+    /* Asked for the verdict now: read it back (the host waits). */
+    loom_amp_scaler_dev h;
+    LOOM_TRY(pull_state(s, &h));
+    s->found_inf = h.found_inf != 0;
+  }
+#endif
   if (found_inf) *found_inf = s->found_inf;
   return LOOM_OK;
 }
@@ -141,6 +290,25 @@ loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipp
     loom_status st = unscale(s, o);
     if (st != LOOM_OK) return st;
   }
+#ifdef LOOM_HAVE_CUDA
+  if (s->d && o->device.kind == LOOM_CUDA && loom_device_is_real_cuda(o->device)) {
+    /* The optimizer kernels read found_inf and skip themselves; then the
+     * scale moves on the device. Nothing waits unless *skipped is wanted. */
+    s->unscaled = false;
+    loom_status st = loom_optimizer_step_guarded(o, &s->d->found_inf);
+    if (st != LOOM_OK) return st;
+    loom_amp_scaler_rule r = {s->opt.growth_factor, s->opt.backoff_factor, s->opt.min_scale, s->opt.max_scale,
+                              s->opt.growth_interval};
+    LOOM_TRY(loom_cuda_amp_scaler_update(s->dev, s->d, r));
+    s->mirror_stale = true;
+    if (skipped) {
+      loom_amp_scaler_dev h;
+      LOOM_TRY(pull_state(s, &h));
+      *skipped = h.last_skipped != 0;
+    }
+    return LOOM_OK;
+  }
+#endif
   bool inf = s->found_inf;
   s->unscaled = false;
   if (!inf) {
@@ -154,17 +322,22 @@ loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipp
   return LOOM_OK;
 }
 
-double loom_scaler_get_scale(const loom_grad_scaler *s) { return s ? s->scale : 0.0; }
-int64_t loom_scaler_steps(const loom_grad_scaler *s) { return s ? s->steps : 0; }
-int64_t loom_scaler_steps_skipped(const loom_grad_scaler *s) { return s ? s->steps_skipped : 0; }
-int64_t loom_scaler_last_overflow_step(const loom_grad_scaler *s) { return s ? s->last_overflow_step : -1; }
-int64_t loom_scaler_good_steps(const loom_grad_scaler *s) { return s ? s->good_steps : 0; }
+/* On a GPU each getter first refreshes the mirror when the device moved on
+ * (a host wait: ask between steps, not inside one). */
+double loom_scaler_get_scale(const loom_grad_scaler *s) { refresh(s); return s ? s->scale : 0.0; }
+int64_t loom_scaler_steps(const loom_grad_scaler *s) { refresh(s); return s ? s->steps : 0; }
+int64_t loom_scaler_steps_skipped(const loom_grad_scaler *s) { refresh(s); return s ? s->steps_skipped : 0; }
+int64_t loom_scaler_last_overflow_step(const loom_grad_scaler *s) { refresh(s); return s ? s->last_overflow_step : -1; }
+int64_t loom_scaler_good_steps(const loom_grad_scaler *s) { refresh(s); return s ? s->good_steps : 0; }
 
 loom_status loom_scaler_state_save(const loom_grad_scaler *s, loom_scaler_state *out) {
   if (!s || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_save: scaler and out must not be NULL");
   if (out->size < sizeof(uint32_t) || out->size > sizeof *out)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_save: out->size is %u; set it to sizeof(loom_scaler_state)",
                           out->size);
+#ifdef LOOM_HAVE_CUDA
+  if (s->d && s->mirror_stale) LOOM_TRY(pull_state(s, NULL));
+#endif
   loom_scaler_state st = {sizeof st, s->scale, s->good_steps, s->steps, s->steps_skipped, s->last_overflow_step};
   uint32_t n = out->size;
   memcpy(out, &st, n);
@@ -189,5 +362,11 @@ loom_status loom_scaler_state_restore(loom_grad_scaler *s, const loom_scaler_sta
   s->steps_skipped = in->steps_skipped;
   s->last_overflow_step = in->last_overflow_step;
   s->unscaled = false;
+#ifdef LOOM_HAVE_CUDA
+  if (s->d) {
+    s->mirror_stale = false;
+    return push_state(s);
+  }
+#endif
   return LOOM_OK;
 }

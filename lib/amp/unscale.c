@@ -9,13 +9,18 @@
 #include "loom/autograd.h"
 #include "ops/op.h"
 #include "optim/optim_internal.h"
+#ifdef LOOM_HAVE_CUDA
+#include "alloc/alloc.h"
+#endif
 
 /* A gradient the kernels can read as a dense array: g itself, or a
  * contiguous copy (owned by the open scope). */
 static loom_tensor *dense(loom_tensor *g) { return loom_tensor_is_contiguous(g) ? g : loom_contiguous(g); }
 
-loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_scale, bool check, bool *found_inf) {
-  if (found_inf) *found_inf = false;
+/* The pass, wherever its scale and verdict live: inv_scale / *bad on the
+ * host, or (CUDA) *inv_dev / *found_dev on the device (then nothing waits). */
+static loom_status unscale_pass(loom_tensor *const *params, int n, float inv_scale, const float *inv_dev, bool check,
+                                int32_t *found_dev, int *bad, struct loom_dev_table **table) {
   if (n <= 0) return LOOM_OK;
   loom_amp_unscale_item *items = malloc((size_t)n * sizeof *items);
   if (!items) return loom_set_error(LOOM_ERR_OOM, "amp unscale: out of host memory for %d gradients", n);
@@ -41,7 +46,7 @@ loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_
       }
       items[k++] = (loom_amp_unscale_item){loom_tensor_ptr(src), loom_tensor_ptr(p->grad), numel, (int32_t)src->dtype,
                                            acc};
-    } else if (p->grad && (check || inv_scale != 1.0f)) {
+    } else if (p->grad && (check || inv_dev || inv_scale != 1.0f)) {
       if (p->grad->dtype != LOOM_F32 || !loom_tensor_is_contiguous(p->grad)) {
         st = loom_set_error(LOOM_ERR_INTERNAL, "amp unscale: gradient of parameter %d is not a dense f32 tensor", i);
         break;
@@ -51,13 +56,25 @@ loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_
     if (st == LOOM_OK && !loom_device_eq(p->storage->device, dev))
       st = loom_set_error(LOOM_ERR_DEVICE, "amp unscale: parameter %d is on another device than parameter 0", i);
   }
-  int bad = 0;
   if (st == LOOM_OK && k > 0) {
 #ifdef LOOM_HAVE_CUDA
-    if (dev.kind == LOOM_CUDA) st = loom_cuda_amp_unscale(dev, items, k, inv_scale, &bad);
-    else
+    if (dev.kind == LOOM_CUDA) {
+      int32_t *flag = found_dev;
+      void *tmp = NULL;
+      if (check && !flag) {
+        /* A host verdict on the GPU: a temporary device flag, read back
+         * (only loom_scaler_unscale with found_inf asked for does this). */
+        loom_stream *s = loom_stream_current(dev);
+        st = s ? loom_alloc_malloc(dev, sizeof(int32_t), s, &tmp) : loom_last_status();
+        if (st == LOOM_OK) st = loom_cuda_fill_zero(dev, tmp, sizeof(int32_t));
+        flag = tmp;
+      }
+      if (st == LOOM_OK) st = loom_cuda_amp_unscale(dev, items, k, inv_scale, inv_dev, check ? flag : NULL, table);
+      if (st == LOOM_OK && tmp) st = loom_cuda_read_flag(dev, tmp, bad);
+      loom_alloc_free(dev, tmp);
+    } else
 #endif
-      st = loom_cpu_amp_unscale(items, k, inv_scale, &bad);
+      st = loom_cpu_amp_unscale(items, k, inv_scale, bad);
   }
   loom_scope_end();
   loom_set_grad_enabled(prev);
@@ -69,9 +86,25 @@ loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_
     loom_tensor *c = loom_amp_copy_of(params[i]);
     if (c && c->grad) loom_zero_grad(c);
   }
+  return LOOM_OK;
+}
+
+loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_scale, bool check, bool *found_inf,
+                                   struct loom_dev_table **table) {
+  if (found_inf) *found_inf = false;
+  int bad = 0;
+  LOOM_TRY(unscale_pass(params, n, inv_scale, NULL, check, NULL, &bad, table));
   if (found_inf) *found_inf = bad != 0;
   return LOOM_OK;
 }
+
+#ifdef LOOM_HAVE_CUDA
+loom_status loom_amp_unscale_grads_device(loom_tensor *const *params, int n, const float *inv_dev, int32_t *found_dev,
+                                          struct loom_dev_table **table) {
+  int bad = 0;
+  return unscale_pass(params, n, 1.0f, inv_dev, true, found_dev, &bad, table);
+}
+#endif
 
 void loom_amp_zero_copy_grads(loom_tensor *const *params, int n) {
   for (int i = 0; i < n; i++) {

@@ -27,12 +27,24 @@ loom_status loom_error_prefix(const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, tl_msg, sizeof old);
-  /* "prefix: old", truncated to the buffer. Built by hand: snprintf of two
+  /* Say each place once: when the message already starts with the prefix's
+   * first component ("cross_entropy: label 7 ..." under "cross_entropy",
+   * "loader: ..." under "loader: epoch 2, batch 5"), that component is not
+   * repeated. */
+  const char *rest = old;
+  size_t head = strcspn(prefix, ":");
+  if (head > 0 && strncmp(old, prefix, head) == 0 && old[head] == ':' && old[head + 1] == ' ') {
+    rest = old + head + 2;
+    if (prefix[head] == '\0') {  /* the whole prefix is already there */
+      return tl_code;
+    }
+  }
+  /* "prefix: rest", truncated to the buffer. Built by hand: snprintf of two
    * %s into one buffer trips -Wformat-truncation under -Werror. */
   int n = snprintf(tl_msg, sizeof tl_msg, "%s: ", prefix);
   if (n > 0 && (size_t)n < sizeof tl_msg) {
-    size_t len = strnlen(old, sizeof tl_msg - (size_t)n - 1);
-    memcpy(tl_msg + n, old, len);
+    size_t len = strnlen(rest, sizeof tl_msg - (size_t)n - 1);
+    memcpy(tl_msg + n, rest, len);
     tl_msg[(size_t)n + len] = '\0';
   }
   return tl_code;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include "data/data_file.h"
 
@@ -43,6 +42,11 @@ static loom_status short_read_error(loom_data_file *f, const char *what, int64_t
   const char *msg = gzerror(f->gz, &zerr);
   if (zerr == Z_ERRNO)
     return loom_set_error(LOOM_ERR_IO, "'%s': read error in %s: %s", f->path, what, strerror(errno));
+#ifndef LOOM_HAVE_ZLIB
+  if (zerr == LOOM_GZ_NO_ZLIB)
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "'%s' is gzip-compressed but this loom was built without zlib; install "
+                          "zlib1g-dev (or pass -DZLIB_ROOT=DIR) and rebuild, or gunzip the file", f->path);
+#endif
   if (zerr != Z_OK && zerr != Z_BUF_ERROR)
     return loom_set_error(LOOM_ERR_FORMAT, "'%s': bad gzip stream in %s (zlib: %s); the file is corrupt, download it again",
                           f->path, what, msg ? msg : "?");

@@ -1,11 +1,15 @@
-/* data_file.h (internal) — a dataset file opened through zlib (raw or gzip)
- * with reads that turn truncation and corrupt streams into messages. */
+/* data_file.h (internal) — a dataset file opened through zlib (raw or gzip;
+ * raw only in builds without zlib, see gz_fallback.h) with reads that turn truncation and corrupt streams into messages. */
 #ifndef LOOM_DATA_FILE_H
 #define LOOM_DATA_FILE_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#ifdef LOOM_HAVE_ZLIB
 #include <zlib.h>
+#else
+#include "data/gz_fallback.h"
+#endif
 
 #include "data/data_internal.h"
 

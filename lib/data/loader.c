@@ -34,6 +34,7 @@
 #include "data/data_internal.h"
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
+#include "device/sync_stats.h"
 #include "prof/prof.h"
 
 enum { SLOT_EMPTY = 0, SLOT_READY = 1, SLOT_ERROR = 2 };
@@ -203,7 +204,12 @@ static loom_status fill(loom_loader *l, worker *w, loom_batch_buf *buf, int64_t 
   if (l->on_gpu) {
     LOOM_TRY(loom_cuda_set_device(l->o.device.index));
     /* The previous H2D copy out of this pinned block may still be running. */
-    if (buf->copy_recorded) LOOM_CUDA_CHECK(cudaEventSynchronize(buf->copy_done));
+    /* (Usually long done: only wait, and count a wait, when it is not.) */
+    if (buf->copy_recorded && cudaEventQuery(buf->copy_done) != cudaSuccess) {
+      (void)cudaGetLastError();
+      loom_sync_count(LOOM_SYNC_EVENT);
+      LOOM_CUDA_CHECK(cudaEventSynchronize(buf->copy_done));
+    }
   }
 #endif
   unsigned char *xo = buf->host, *yo = buf->host + l->y_off;
@@ -557,8 +563,10 @@ void loom_loader_release_raw(loom_batch_buf *b) {
     loom_stream *cs = loom_stream_current(l->o.device);
     if (cs && cudaEventRecord(b->compute_done, (cudaStream_t)loom_stream_native(cs)) == cudaSuccess)
       b->compute_recorded = true;
-    else
+    else {
+      loom_sync_count(LOOM_SYNC_DEVICE);
       cudaDeviceSynchronize();  /* could not record: fall back to a full wait rather than a race */
+    }
   }
 #endif
   pthread_mutex_lock(&l->mu);

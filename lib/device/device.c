@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "device/device_internal.h"
+#include "device/sync_stats.h"
 #include "loom/log.h"
 #include "loom/alloc.h"
 
@@ -80,7 +81,7 @@ static size_t phys_mem_locked(int phys) {
   return 0;
 }
 
-/* Parse "1,0" into ids; "" is the empty list. */
+/* Parse "1,0" into ids; "" is the empty list. nphys < 0: syntax only. */
 static loom_status parse_visible(const char *what, const char *list, int nphys, int *ids, int *n) {
   *n = 0;
   const char *p = list;
@@ -91,7 +92,7 @@ static loom_status parse_visible(const char *what, const char *list, int nphys, 
     long v = strtol(p, &end, 10);
     if (end == p || v < 0)
       return loom_set_error(LOOM_ERR_INVALID_ARG, "%s='%s': expected comma-separated GPU indices like \"1,0\"", what, list);
-    if (v >= nphys)
+    if (nphys >= 0 && v >= nphys)
       return loom_set_error(LOOM_ERR_DEVICE, "%s='%s': GPU %ld does not exist (%d physical GPU%s%s%s)", what, list, v,
                             nphys, nphys == 1 ? "" : "s", nphys ? "" : ": ", nphys ? "" : g_phys_reason);
     for (int i = 0; i < *n; i++)
@@ -131,13 +132,21 @@ static void build_table(void) {
     return;
   }
   int nphys = phys_count_locked();
-  int ids[LOOM_MAX_LOGICAL_GPUS], nvis = 0;
+  int ids[LOOM_MAX_LOGICAL_GPUS], nvis = 0, bad_env = 0;
   g_cuda_count = 0;
-  if (nphys == 0) {
+  const char *env = getenv("LOOM_VISIBLE_DEVICES");
+  if (nphys == 0 && !g_vis_set && env && parse_visible("LOOM_VISIBLE_DEVICES", env, -1, ids, &nvis) != LOOM_OK) {
+    /* A malformed value is an error on every machine, not only on one with
+     * GPUs to filter: it becomes the reason and a warning. */
+    snprintf(g_cuda_reason, sizeof g_cuda_reason, "%s", loom_last_error());
+    loom_clear_error();
+    bad_env = 1;
+  } else if (nphys == 0) {
     snprintf(g_cuda_reason, sizeof g_cuda_reason, "%s", g_phys_reason);
   } else if (visible_locked(ids, &nvis) != LOOM_OK) {
     snprintf(g_cuda_reason, sizeof g_cuda_reason, "%s", loom_last_error());
     loom_clear_error();
+    bad_env = 1;
   } else {
     for (int v = 0; v < nvis; v++) {
       int nv = g_virt_n[v] > 0 ? g_virt_n[v] : 1;
@@ -155,6 +164,7 @@ static void build_table(void) {
   int count = g_cuda_count;
   pthread_mutex_unlock(&g_dev_lock);
   if (count > 0) loom_log_msg(LOOM_LOG_INFO, "CUDA: %d device%s visible", count, count == 1 ? "" : "s");
+  else if (bad_env) loom_log_msg(LOOM_LOG_WARN, "CUDA devices disabled: %s", g_cuda_reason);
   else loom_log_msg(LOOM_LOG_INFO, "CUDA unavailable: %s", g_cuda_reason);
 }
 
@@ -318,10 +328,12 @@ const char *loom_device_str(loom_device dev, char *buf, int n) {
 
 loom_status loom_device_synchronize(loom_device dev) {
   LOOM_TRY(loom_device_check(dev));
+  loom_sync_count(LOOM_SYNC_DEVICE);
 #ifdef LOOM_HAVE_CUDA
   if (loom_device_is_real_cuda(dev)) {
     LOOM_TRY(loom_cuda_set_device(dev.index));
     LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+    return loom_deferred_check(dev);
   }
 #endif
   return LOOM_OK;
@@ -339,6 +351,7 @@ loom_status loom_cuda_set_device(int index) {
   int phys = loom_device_physical(index);
   if (phys < 0) return loom_set_error(LOOM_ERR_DEVICE, "cuda:%d does not exist (%d CUDA devices)", index, cuda_count());
   if (atomic_load(&g_fake_n) > 0 || current == phys) return LOOM_OK;
+  loom_sync_count(LOOM_SYNC_SET_DEVICE);
   LOOM_CUDA_CHECK(cudaSetDevice(phys));
   current = phys;
   return LOOM_OK;

@@ -45,8 +45,26 @@ loom_status loom_cuda_error(cudaError_t e, const char *call, const char *file, i
     cudaError_t loom_ce_ = (call);                                             \
     if (loom_ce_ != cudaSuccess) return loom_cuda_error(loom_ce_, #call, __FILE__, __LINE__); \
   } while (0)
-/* Make logical device index's physical GPU current for this thread. */
+/* Make logical device index's physical GPU current for this thread (a
+ * cudaSetDevice only when this thread's current GPU is another one). */
 loom_status loom_cuda_set_device(int index);
+
+/* Errors that kernels find (an out-of-range label) without the host waiting
+ * for them: reported at the next call that waits for the GPU anyway
+ * (loom_to_host/loom_item, stream/device synchronize) or at the next use of
+ * the op that found them (deferred.c). */
+typedef struct loom_deferred_error {
+  unsigned long long row;  /* ~0ull: none; else the first bad row */
+  long long label;         /* its label */
+  long long classes;       /* the valid range is [0, classes) */
+} loom_deferred_error;
+/* Device-visible slots of dev, created on first use: a device word kernels
+ * atomicMin a bad row into (~0ull when clear; the kernel that publishes it
+ * resets it) and the record in mapped pinned host memory it is published
+ * to (a device pointer). */
+loom_status loom_deferred_slots(loom_device dev, unsigned long long **bad_row, loom_deferred_error **record);
+/* LOOM_OK, or the published error as a loom error (then cleared). Never waits. */
+loom_status loom_deferred_check(loom_device dev);
 #endif
 
 #endif

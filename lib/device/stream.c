@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "device/device_internal.h"
+#include "device/sync_stats.h"
 
 #define LOOM_MAX_CUDA_DEVICES 64
 
@@ -80,8 +81,12 @@ void *loom_stream_native(const loom_stream *s) { return s ? s->native : NULL; }
 
 loom_status loom_stream_synchronize(loom_stream *s) {
   if (!s) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_stream_synchronize: stream is NULL");
+  loom_sync_count(LOOM_SYNC_STREAM);
 #ifdef LOOM_HAVE_CUDA
-  if (loom_device_is_real_cuda(s->device)) LOOM_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s->native));
+  if (loom_device_is_real_cuda(s->device)) {
+    LOOM_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s->native));
+    return loom_deferred_check(s->device);
+  }
 #endif
   return LOOM_OK;
 }
@@ -91,8 +96,10 @@ loom_status loom_stream_wait_event(loom_stream *s, loom_event *e) {
 #ifdef LOOM_HAVE_CUDA
   if (loom_device_is_real_cuda(s->device) && loom_device_is_real_cuda(e->device) && e->recorded)
     LOOM_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)s->native, (cudaEvent_t)e->native, 0));
-  else if (loom_device_is_real_cuda(e->device) && e->recorded)
+  else if (loom_device_is_real_cuda(e->device) && e->recorded) {
+    loom_sync_count(LOOM_SYNC_EVENT);
     LOOM_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->native));  /* a CPU stream waits on the host */
+  }
 #endif
   return LOOM_OK;
 }
@@ -155,6 +162,7 @@ int loom_event_query(loom_event *e) {
 
 loom_status loom_event_synchronize(loom_event *e) {
   if (!e) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_event_synchronize: event is NULL");
+  loom_sync_count(LOOM_SYNC_EVENT);
 #ifdef LOOM_HAVE_CUDA
   if (loom_device_is_real_cuda(e->device) && e->recorded) LOOM_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->native));
 #endif

@@ -29,7 +29,20 @@ struct loom_optimizer {
   } scratch;
   loom_sgd_options sgd;
   loom_adamw_options adamw;
+  /* CUDA: the device-resident step state (counts, tables; optim_cuda.c),
+   * and whether the device counts have moved ahead of steps/param_steps
+   * (steps the loss scaler may have skipped on the GPU): then the host
+   * copies are refreshed by a read-back when someone asks for them. */
+  struct loom_opt_cuda *cuda;
+  bool counts_on_device;
+  /* CUDA: where the gather of the copies' gradients keeps its work list. */
+  struct loom_dev_table *gather_table;
 };
+
+/* One optimizer step whose update (and count) a device flag can veto: CUDA
+ * only, skip is a device word (the loss scaler's found-inf); NULL is
+ * loom_optimizer_step. Nothing waits for the GPU. */
+loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip);
 
 /* Gather the parameters that have gradients into g (arrays of o->n). */
 /* idx[k] receives the parameter index of entry k. */

@@ -34,11 +34,31 @@ typedef struct loom_adamw_hparams {
 loom_status loom_cpu_sgd_step(const loom_param_group *g, const loom_sgd_hparams *h);
 loom_status loom_cpu_adamw_step(const loom_param_group *g, const loom_adamw_hparams *h);
 #if defined(LOOM_HAVE_CUDA)
-/* Implemented in lib/ops/cuda (one kernel launch for the whole group, on the
- * device's current stream; pointer arrays are device-visible copies made by
- * the implementation). */
-loom_status loom_cuda_sgd_step(loom_device dev, const loom_param_group *g, const loom_sgd_hparams *h);
-loom_status loom_cuda_adamw_step(loom_device dev, const loom_param_group *g, const loom_adamw_hparams *h);
+/* Implemented in lib/ops/cuda/optim_cuda.c: one update launch for the whole
+ * group (plus a tiny count commit), on the device's current stream, reading
+ * a parameter table kept in device memory. The step's changing state lives
+ * on the device (loom_opt_cuda): per-parameter update counts replace
+ * h->first_step and h->bias_correction*, and a device skip flag (the loss
+ * scaler's found-inf) can veto the whole update without the host knowing. */
+typedef struct loom_opt_cuda loom_opt_cuda;
+typedef struct loom_opt_cuda_args {
+  loom_opt_cuda **state;        /* the optimizer's; created at its first CUDA step */
+  int n_params;                 /* parameters of the optimizer */
+  const int *param_index;       /* group entry k is parameter param_index[k] */
+  const int64_t *host_counts;   /* per-parameter counts and ... */
+  int64_t host_steps;           /* ... step count that seed a new state */
+  double beta1, beta2;          /* AdamW's, in double (the bias-correction tables) */
+  const int32_t *skip;          /* device flag: nonzero skips the update; NULL: never */
+} loom_opt_cuda_args;
+loom_status loom_cuda_sgd_step(loom_device dev, const loom_param_group *g, const loom_sgd_hparams *h,
+                               const loom_opt_cuda_args *a);
+loom_status loom_cuda_adamw_step(loom_device dev, const loom_param_group *g, const loom_adamw_hparams *h,
+                                 const loom_opt_cuda_args *a);
+/* Read the device counts back (waits for the GPU): counts[n_params], *steps. */
+loom_status loom_cuda_opt_counts(loom_opt_cuda *s, int64_t *counts, int64_t *steps);
+/* Uploads of the parameter table so far (tests: 1 in a steady loop). */
+int64_t loom_cuda_opt_table_uploads(const loom_opt_cuda *s);
+void loom_cuda_opt_free(loom_opt_cuda *s);
 #endif
 
 #endif

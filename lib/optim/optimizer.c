@@ -6,6 +6,9 @@
 
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/dev_table.h"
+#endif
 #include "loom/optim.h"
 #include "optim/optim_internal.h"
 #include "prof/prof.h"
@@ -163,27 +166,37 @@ loom_status loom_optimizer_fill_group(loom_optimizer *o, loom_param_group *g, fl
   return LOOM_OK;
 }
 
+/* The CUDA step of the whole group: one launch whatever the parameters'
+ * counts (they are on the device, per parameter), vetoed by *skip. */
+#ifdef LOOM_HAVE_CUDA
+static loom_status cuda_step(loom_optimizer *o, loom_param_group *g, const int *idx, const int32_t *skip) {
+  loom_opt_cuda_args a = {&o->cuda, o->n, idx, o->param_steps, o->steps,
+                          o->adamw.beta1, o->adamw.beta2, skip};
+  if (o->kind == LOOM_OPTIM_SGD) {
+    loom_sgd_hparams h = {(float)o->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)o->sgd.weight_decay,
+                          o->sgd.nesterov, 0};
+    if (o->sgd.momentum <= 0) g->buf1 = NULL;
+    return loom_cuda_sgd_step(o->device, g, &h, &a);
+  }
+  loom_adamw_hparams h = {(float)o->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
+                          (float)o->adamw.weight_decay, 1.0f, 1.0f};
+  return loom_cuda_adamw_step(o->device, g, &h, &a);
+}
+#endif
+
 loom_status loom_optimizer_step_group(loom_optimizer *o, loom_param_group *g, int64_t prior_steps) {
   loom_status st;
   if (o->kind == LOOM_OPTIM_SGD) {
     loom_sgd_hparams h = {(float)o->lr, (float)o->sgd.momentum, (float)o->sgd.dampening, (float)o->sgd.weight_decay,
                           o->sgd.nesterov, prior_steps == 0};
     if (o->sgd.momentum <= 0) g->buf1 = NULL;
-#ifdef LOOM_HAVE_CUDA
-    if (o->device.kind == LOOM_CUDA) st = loom_cuda_sgd_step(o->device, g, &h);
-    else
-#endif
-      st = loom_cpu_sgd_step(g, &h);
+    st = loom_cpu_sgd_step(g, &h);
   } else {
     double t = (double)(prior_steps + 1);
     loom_adamw_hparams h = {(float)o->lr, (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps,
                             (float)o->adamw.weight_decay, (float)(1.0 - pow(o->adamw.beta1, t)),
                             (float)(1.0 - pow(o->adamw.beta2, t))};
-#ifdef LOOM_HAVE_CUDA
-    if (o->device.kind == LOOM_CUDA) st = loom_cuda_adamw_step(o->device, g, &h);
-    else
-#endif
-      st = loom_cpu_adamw_step(g, &h);
+    st = loom_cpu_adamw_step(g, &h);
   }
   return st;
 }
@@ -228,38 +241,50 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
   return st;
 }
 
-static loom_status optimizer_step(loom_optimizer *o) {
+static loom_status optimizer_step(loom_optimizer *o, const int32_t *skip) {
+  bool on_gpu = o->device.kind == LOOM_CUDA;
+  if (skip && !on_gpu) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer_step: a device skip flag on the CPU");
   int *idx = o->scratch.idx;
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the
    * gradient receive it in f32 first; the fused step refreshes the copies. */
-  loom_status st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL);
+  loom_status st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL, &o->gather_table);
   if (st == LOOM_OK)
     st = loom_optimizer_fill_group(o, &g, o->scratch.pp, o->scratch.gp, o->scratch.b1, o->scratch.b2, o->scratch.numel,
                                    idx);
   if (st == LOOM_OK) st = loom_amp_fill_lowp(o, &g, o->scratch.lowp);
-  if (st == LOOM_OK) st = step_by_count(o, &g, idx);
+#ifdef LOOM_HAVE_CUDA
+  if (st == LOOM_OK && on_gpu) st = cuda_step(o, &g, idx, skip);
+  else
+#endif
+    if (st == LOOM_OK) st = step_by_count(o, &g, idx);
   if (st == LOOM_OK) {
+    /* A step the device may veto is counted on the device only; the host
+     * copies catch up when asked (loom_optimizer_steps). */
+    if (skip) o->counts_on_device = true;
     for (int j = 0; j < g.n; j++) {
       loom_tensor *p = o->params[idx[j]];
-      o->param_steps[idx[j]]++;
+      if (!skip) o->param_steps[idx[j]]++;
       loom_tensor_bump_version(p);
       loom_tensor_bump_version(loom_amp_lowp_copy(p));
     }
-    o->steps++;
+    if (!skip) o->steps++;
   }
   return st;
 }
 
-loom_status loom_optimizer_step(loom_optimizer *o) {
+/* The step in a profiler / NVTX range (device-timed on the optimizer's device). */
+loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
   loom_prof_range pr = LOOM_PROF_RANGE_INIT;
   if (LOOM_PROF_ACTIVE())
     loom_prof_begin_device(&pr, LOOM_PROF_CAT_OPTIMIZER, o->kind == LOOM_OPTIM_SGD ? "sgd step" : "adamw step", o->device);
-  loom_status st = optimizer_step(o);
+  loom_status st = optimizer_step(o, skip);
   loom_prof_end(&pr, 0.0, 0);
   return st;
 }
+
+loom_status loom_optimizer_step(loom_optimizer *o) { return loom_optimizer_step_guarded(o, NULL); }
 
 loom_status loom_optimizer_zero_grad(loom_optimizer *o) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_zero_grad: optimizer is NULL");
@@ -272,7 +297,18 @@ void loom_optimizer_set_lr(loom_optimizer *o, double lr) {
   if (o) o->lr = lr;
 }
 double loom_optimizer_get_lr(const loom_optimizer *o) { return o ? o->lr : 0.0; }
-int64_t loom_optimizer_steps(const loom_optimizer *o) { return o ? o->steps : 0; }
+int64_t loom_optimizer_steps(const loom_optimizer *o) {
+  if (!o) return 0;
+#ifdef LOOM_HAVE_CUDA
+  if (o->counts_on_device && o->cuda) {
+    /* Steps the loss scaler decided on the GPU: read the counts back (a host
+     * wait, outside the training step) and keep the host copies current. */
+    loom_optimizer *m = (loom_optimizer *)o;
+    if (loom_cuda_opt_counts(m->cuda, m->param_steps, &m->steps) == LOOM_OK) m->counts_on_device = false;
+  }
+#endif
+  return o->steps;
+}
 
 void loom_optimizer_free(loom_optimizer *o) {
   if (!o) return;
@@ -291,5 +327,9 @@ void loom_optimizer_free(loom_optimizer *o) {
   free(o->scratch.numel);
   free(o->scratch.lowp);
   free(o->scratch.idx);
+#ifdef LOOM_HAVE_CUDA
+  loom_cuda_opt_free(o->cuda);
+  loom_dev_table_free(o->gather_table);
+#endif
   free(o);
 }

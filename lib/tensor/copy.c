@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "device/device_internal.h"
+#include "device/sync_stats.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/op.h"
 
@@ -16,7 +17,12 @@ static loom_status cuda_copy_bytes(void *dst, const void *src, size_t n, loom_de
   if (!s) return loom_last_status();
   cudaStream_t cs = (cudaStream_t)loom_stream_native(s);
   LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, cs));
-  if (kind == cudaMemcpyDeviceToHost) LOOM_CUDA_CHECK(cudaStreamSynchronize(cs));
+  if (kind == cudaMemcpyDeviceToHost) {
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(cs));
+    /* The host waited for the GPU: report what its kernels found meanwhile
+     * (an out-of-range label, ...). */
+    return loom_deferred_check(dev);
+  }
   return LOOM_OK;
 }
 #endif
@@ -36,6 +42,7 @@ loom_status loom_copy_from_host_raw(loom_tensor *dst, const void *src) {
 
 loom_status loom_copy_to_host_raw(loom_tensor *src, void *dst) {
   size_t n = (size_t)loom_shape_numel(src->ndim, src->shape) * loom_dtype_size(src->dtype);
+  loom_sync_count(LOOM_SYNC_D2H);  /* on the CPU too: the step code must not read back either way */
   if (src->storage->device.kind == LOOM_CPU) {
     if (n) memcpy(dst, loom_tensor_ptr(src), n);
     return LOOM_OK;

@@ -216,6 +216,15 @@ loom_tensor *loom_arange(double start, double end, double step, loom_dtype dt, l
     return NULL;
   }
   double cnt = ceil((end - start) / step);
+  /* The count must fit an int64 and its bytes a size_t (checked here: the
+   * cast below would otherwise be undefined and the error meaningless). */
+  if (!(cnt <= (double)(INT64_MAX / 16))) {
+    loom_set_error(LOOM_ERR_INVALID_ARG,
+                   "loom_arange: [%g, %g) in steps of %g has %g elements, which overflows a tensor's size (at most "
+                   "%lld); check start, end and step",
+                   start, end, step, cnt, (long long)(INT64_MAX / 16));
+    return NULL;
+  }
   int64_t n = cnt > 0 ? (int64_t)cnt : 0;
   double *host = malloc((size_t)(n ? n : 1) * sizeof *host);
   if (!host) {

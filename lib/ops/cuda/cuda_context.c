@@ -1,7 +1,7 @@
 /* cuda_context.c — per-device state of the CUDA backend, created lazily and
  * thread-safely on first use: the compute stream (the device's current
  * stream), a cuBLASLt handle, a GEMM workspace taken from the device
- * allocator, and a device word (+ pinned host word) for error flags. Also
+ * allocator. Also
  * the error conversion for cuBLAS(Lt) statuses and the helpers every CUDA
  * kernel wrapper uses (iteration spaces, scratch tensors, contiguous copies). */
 #ifdef LOOM_HAVE_CUDA
@@ -39,17 +39,7 @@ static loom_status ctx_init(loom_cuda_ctx *c, loom_device dev) {
     return st;
   }
   c->workspace_bytes = WORKSPACE_BYTES;
-  st = loom_alloc_malloc(dev, sizeof(unsigned long long), s, (void **)&c->flag);
-  if (st == LOOM_OK) {
-    cudaError_t e = cudaMallocHost((void **)&c->flag_host, sizeof(unsigned long long));
-    if (e != cudaSuccess) st = loom_cuda_error(e, "cudaMallocHost(flag)", __FILE__, __LINE__);
-  }
-  if (st != LOOM_OK) {
-    loom_alloc_free(dev, c->flag);
-    loom_alloc_free(dev, c->workspace);
-    cublasLtDestroy(c->lt);
-  }
-  return st;
+  return LOOM_OK;
 }
 
 loom_cuda_ctx *loom_cuda_ctx_get(loom_device dev) {

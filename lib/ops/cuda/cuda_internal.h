@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "device/device_internal.h"
@@ -31,8 +32,7 @@ typedef struct loom_cuda_ctx {
   cublasLtHandle_t lt;
   void *workspace;            /* from the device allocator */
   size_t workspace_bytes;
-  unsigned long long *flag;   /* one device word for error flags (labels) */
-  unsigned long long *flag_host; /* pinned host word the flag is read into */
+  cublasHandle_t blas;        /* classic cuBLAS, created on first need (GEMMs cuBLASLt has no algorithm for) */
 } loom_cuda_ctx;
 
 /* Make dev current on this thread and return its context (NULL + error). */
@@ -68,7 +68,10 @@ loom_status loom_cuda_copy_into(loom_tensor *dst, loom_tensor *src);
  *   BGRADB: bias[M] = sums of op(A) over K (with trans_a, as in the weight
  *     gradient dW = dZᵀ·X: the column sums of the stored dZ).
  * Returns LOOM_OK, an error, or LOOM_ERR_UNSUPPORTED (no error message set)
- * when cuBLASLt has no algorithm for this epilogue — the caller falls back. */
+ * when cuBLASLt has no algorithm for this fused epilogue and shape — the
+ * caller falls back for this call. A DEFAULT epilogue without a cuBLASLt
+ * algorithm runs on cublasGemmStridedBatchedEx instead, so it never returns
+ * LOOM_ERR_UNSUPPORTED. */
 typedef struct loom_lt_gemm {
   loom_dtype dt;
   bool trans_a, trans_b;

@@ -62,6 +62,10 @@ loom_status loom_cuda_rng_fill(loom_tensor *t, int normal, uint64_t seed, uint64
  * reduction, two GEMMs). Switch between training steps, not within one. */
 void loom_cuda_linear_force_unfused(bool on);
 bool loom_cuda_linear_unfused_forced(void);
+/* Tests: make the cuBLASLt heuristic report "no algorithm" for plans built
+ * while on (part of the plan key, so toggling never poisons the cache):
+ * exercises the unfused fallbacks and the cublasGemmEx path. */
+void loom_cuda_lt_testing_refuse(bool on);
 
 #ifdef __cplusplus
 }

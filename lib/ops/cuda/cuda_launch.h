@@ -42,7 +42,11 @@ cudaError_t loom_cu_copy(int odt, int idt, const loom_cu_iter *it, void *out, co
  * float dtype: out[r] (contiguous, dtype odt) = sum (double accumulator) or
  * max (NaN propagates) over j. kind: 0 sum, 1 max. */
 cudaError_t loom_cu_reduce2d(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
-                             int odt, void *out, cudaStream_t s);
+                             int odt, void *out, void *scratch, cudaStream_t s);
+/* Scratch bytes loom_cu_reduce2d wants for this shape (0: none). Few long
+ * rows are split across the GPU in two passes; with scratch NULL it runs
+ * single-pass anyway (slower, same result up to summation order). */
+size_t loom_cu_reduce2d_scratch(int64_t rows, int64_t len, int64_t rs, int64_t js);
 /* out[r] (i64) = first index of the max over j (a NaN counts as the max). */
 cudaError_t loom_cu_argmax2d(int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
                              int64_t *out, cudaStream_t s);
@@ -52,12 +56,22 @@ cudaError_t loom_cu_log_softmax(int dt, const void *x, void *y, int64_t rows, in
 /* dx = dy - exp(y) * sum(dy) per row. */
 cudaError_t loom_cu_log_softmax_bw(int dt, const void *dy, const void *y, void *dx, int64_t rows, int64_t C,
                                    cudaStream_t s);
+/* The mapped host record of device/deferred.c (same layout as
+ * loom_deferred_error). */
+typedef struct loom_cu_deferred_error {
+  volatile unsigned long long row;
+  volatile long long label;
+  volatile long long classes;
+} loom_cu_deferred_error;
+
 /* Mean cross-entropy of x [N, C] (contiguous) against labels (dtype ldt,
- * stride lstride). row_loss: N floats of scratch. *bad must hold ~0ull
- * before the launch; it receives the smallest row whose label is outside
- * [0, C) (atomicMin), and stays ~0ull when every label is valid. */
+ * stride lstride). row_loss: N floats of scratch. *bad holds ~0ull between
+ * launches; a label outside [0, C) makes its row's loss NaN, and the
+ * smallest such row (with its label and C) is published to *rec unless
+ * *rec already holds an unreported one. Nothing waits for it. */
 cudaError_t loom_cu_cross_entropy(int dt, const void *x, int ldt, const void *labels, int64_t lstride, int64_t N,
-                                  int64_t C, float *row_loss, float *out, unsigned long long *bad, cudaStream_t s);
+                                  int64_t C, float *row_loss, float *out, unsigned long long *bad,
+                                  loom_cu_deferred_error *rec, cudaStream_t s);
 /* dx = (softmax(x) - onehot(label)) * (*gy) / N. */
 cudaError_t loom_cu_cross_entropy_bw(int dt, const float *gy, const void *x, int ldt, const void *labels,
                                      int64_t lstride, int64_t N, int64_t C, void *dx, cudaStream_t s);
@@ -69,7 +83,8 @@ cudaError_t loom_cu_rng_fill(int normal, uint64_t seed, uint64_t offset, void *o
                              float b, cudaStream_t s);
 
 /* Fused multi-tensor optimizer updates: one launch for every tensor listed
- * in the device array `tensors` (n entries). */
+ * in the device array `tensors` (n entries; the table stays in device
+ * memory between steps and is re-uploaded only when it changes). */
 typedef struct loom_cu_opt_tensor {
   float *param;
   const float *grad;
@@ -78,7 +93,24 @@ typedef struct loom_cu_opt_tensor {
   uint16_t *lowp;
   int64_t numel;
   int64_t first_chunk;  /* index of this tensor's first chunk in the grid */
+  int64_t pidx;         /* the parameter's index in the optimizer (its update count) */
 } loom_cu_opt_tensor;
+
+/* Device-resident step state, so that no step needs the host to know
+ * whether the previous one was taken (the loss scaler decides on the GPU):
+ * per-parameter update counts (first SGD step, AdamW bias corrections),
+ * AdamW's bias corrections 1 - beta^t tabulated by the host with the CPU's
+ * exact expression for t = 1..bc_len (beyond: computed on the device), and
+ * an optional skip flag: when *skip != 0 the update and the count commit
+ * do nothing (parameters, copies, moments and counts stay bit-identical). */
+typedef struct loom_cu_opt_dev {
+  int64_t *counts;      /* [n_params + 1]: per parameter, then the optimizer's step count */
+  int64_t n_params;
+  const float *bc1, *bc2;
+  int64_t bc_len;
+  double beta1, beta2;
+  const int32_t *skip;  /* NULL: never skip */
+} loom_cu_opt_dev;
 
 typedef struct loom_cu_opt_hparams {
   int kind;             /* 0: SGD, 1: AdamW */
@@ -89,8 +121,10 @@ typedef struct loom_cu_opt_hparams {
 } loom_cu_opt_hparams;
 
 #define LOOM_CU_OPT_CHUNK 4096  /* elements per block */
+/* The update, then (stream-ordered) the count commit: counts[pidx] += 1 for
+ * every listed tensor and counts[n_params] += 1, unless *skip. */
 cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
-                               loom_cu_opt_hparams h, cudaStream_t s);
+                               loom_cu_opt_hparams h, loom_cu_opt_dev d, cudaStream_t s);
 
 /* ---- CNN ops (batch_norm.cu, pool.cu, dropout.cu, add_relu.cu) ------------
  * Tensors are dense in one of two layouts: NCHW (contiguous) or NHWC

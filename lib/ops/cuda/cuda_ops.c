@@ -1,6 +1,6 @@
 /* cuda_ops.c — the op-table entries of the CUDA backend for elementwise
- * ops, copies/casts, reductions, log-softmax and cross-entropy, the fused
- * multi-tensor optimizer steps and the Philox fill. Each unpacks the tensors
+ * ops, copies/casts, reductions, log-softmax and cross-entropy, and the
+ * Philox fill (the fused optimizer steps are in optim_cuda.c). Each unpacks the tensors
  * (shapes, strides, dtypes) into plain launch arguments, enqueues the device
  * code of the .cu files on the device's compute stream and turns a failed
  * launch into a loom error naming the launcher, file and line. */
@@ -13,7 +13,6 @@
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/elementwise_math.h"
-#include "optim/optim_kernels.h"
 
 /* ---- elementwise --------------------------------------------------------- */
 
@@ -126,7 +125,16 @@ static loom_status reduce(loom_op_args *a, int kind) {
   int64_t rows, len, rs, js;
   LOOM_TRY(reduce_view(x, (unsigned)a->i[0], &tmp, &base, &rows, &len, &rs, &js));
   loom_dtype idt = tmp ? LOOM_F32 : x->dtype;
-  cudaError_t e = loom_cu_reduce2d(kind, idt, base, rows, len, rs, js, o->dtype, loom_tensor_ptr(o), c->stream);
+  /* Partials of a split reduction: from the allocator, back right after the
+   * launches (stream-ordered). */
+  void *scratch = NULL;
+  size_t sb = loom_cu_reduce2d_scratch(rows, len, rs, js);
+  if (sb && loom_alloc_malloc(c->dev, sb, NULL, &scratch) != LOOM_OK) {
+    loom_tensor_release(tmp);
+    return loom_last_status();
+  }
+  cudaError_t e = loom_cu_reduce2d(kind, idt, base, rows, len, rs, js, o->dtype, loom_tensor_ptr(o), scratch, c->stream);
+  loom_alloc_free(c->dev, scratch);
   loom_tensor_release(tmp);
   LOOM_LAUNCH_CHECK(e);
   return LOOM_OK;
@@ -186,63 +194,30 @@ loom_status loom_cuda_log_softmax_backward(loom_op_args *a) {
   return LOOM_OK;
 }
 
-/* The label flag is one word per device: serialize its users. */
-static pthread_mutex_t g_flag_lock = PTHREAD_MUTEX_INITIALIZER;
+_Static_assert(sizeof(loom_cu_deferred_error) == sizeof(loom_deferred_error), "one record, two views");
 
-static loom_status ce_forward(loom_cuda_ctx *c, loom_tensor *x, loom_tensor *labels, loom_tensor *o) {
-  int64_t N = x->shape[0], C = x->shape[1];
-  int64_t one = N > 0 ? N : 1;
-  loom_tensor *rows = loom_cuda_scratch(x, 1, &one, LOOM_F32);
-  if (!rows) return loom_last_status();
-  loom_status st = LOOM_OK;
-  cudaError_t e = cudaMemsetAsync(c->flag, 0xff, sizeof *c->flag, c->stream);
-  if (e != cudaSuccess) st = loom_cuda_error(e, "cudaMemsetAsync(label flag)", __FILE__, __LINE__);
-  if (st == LOOM_OK) {
-    e = loom_cu_cross_entropy(x->dtype, loom_tensor_ptr(x), labels->dtype, loom_tensor_ptr(labels), labels->strides[0],
-                              N, C, loom_tensor_ptr(rows), loom_tensor_ptr(o), c->flag, c->stream);
-    if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_cross_entropy", __FILE__, __LINE__);
-  }
-  if (st == LOOM_OK) {
-    e = cudaMemcpyAsync(c->flag_host, c->flag, sizeof *c->flag, cudaMemcpyDeviceToHost, c->stream);
-    if (e != cudaSuccess) st = loom_cuda_error(e, "cudaMemcpyAsync(label flag)", __FILE__, __LINE__);
-  }
-  /* Labels are checked like the CPU does, before anyone uses the loss: this
-   * waits for the loss kernels (a few microseconds at MNIST sizes). */
-  if (st == LOOM_OK) {
-    e = cudaStreamSynchronize(c->stream);
-    if (e != cudaSuccess) st = loom_cuda_error(e, "cudaStreamSynchronize(label check)", __FILE__, __LINE__);
-  }
-  if (st == LOOM_OK && *c->flag_host != ~0ull) {
-    int64_t r = (int64_t)*c->flag_host;
-    int64_t lab = 0;
-    /* Read the offending label for the message. */
-    size_t es = loom_dtype_size(labels->dtype);
-    unsigned char buf[8] = {0};
-    e = cudaMemcpy(buf, (const char *)loom_tensor_ptr(labels) + (size_t)(r * labels->strides[0]) * es, es,
-                   cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess) {
-      if (labels->dtype == LOOM_I32) { int32_t v; memcpy(&v, buf, 4); lab = v; }
-      else if (labels->dtype == LOOM_I64) memcpy(&lab, buf, 8);
-      else lab = buf[0];
-    } else {
-      (void)cudaGetLastError();
-    }
-    st = loom_set_error(LOOM_ERR_INVALID_ARG, "cross_entropy: label %lld at row %lld is outside [0, %lld)",
-                        (long long)lab, (long long)r, (long long)C);
-  }
-  loom_tensor_release(rows);
-  return st;
-}
-
+/* Labels outside [0, C) are found by the kernels and reported without a
+ * host wait (device/deferred.c): at the next call that waits for the GPU,
+ * or here at the next cross_entropy. The CPU reports them at once. */
 loom_status loom_cuda_cross_entropy(loom_op_args *a) {
   loom_tensor *x = a->in[0], *labels = a->in[1], *o = a->out[0];
   LOOM_TRY(need_contig("cross_entropy", x));
   loom_cuda_ctx *c = loom_cuda_ctx_of(o);
   if (!c) return loom_last_status();
-  pthread_mutex_lock(&g_flag_lock);
-  loom_status st = ce_forward(c, x, labels, o);
-  pthread_mutex_unlock(&g_flag_lock);
-  return st;
+  LOOM_TRY(loom_deferred_check(c->dev));
+  unsigned long long *bad;
+  loom_deferred_error *rec;
+  LOOM_TRY(loom_deferred_slots(c->dev, &bad, &rec));
+  int64_t N = x->shape[0], C = x->shape[1];
+  int64_t one = N > 0 ? N : 1;
+  loom_tensor *rows = loom_cuda_scratch(x, 1, &one, LOOM_F32);
+  if (!rows) return loom_last_status();
+  cudaError_t e = loom_cu_cross_entropy(x->dtype, loom_tensor_ptr(x), labels->dtype, loom_tensor_ptr(labels),
+                                        labels->strides[0], N, C, loom_tensor_ptr(rows), loom_tensor_ptr(o), bad,
+                                        (loom_cu_deferred_error *)rec, c->stream);
+  loom_tensor_release(rows);
+  LOOM_LAUNCH_CHECK(e);
+  return LOOM_OK;
 }
 
 loom_status loom_cuda_cross_entropy_backward(loom_op_args *a) {
@@ -273,83 +248,4 @@ loom_status loom_cuda_rng_fill(loom_tensor *t, int normal, uint64_t seed, uint64
   return LOOM_OK;
 }
 
-/* ---- fused optimizer steps ---------------------------------------------- */
-
-/* Pack the group into a device table and launch once. The table lives in
- * memory from the device allocator, freed right after the launch: the
- * allocator only hands it out again to work ordered after this kernel on
- * the same stream. */
-static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_cu_opt_hparams h) {
-  if (g->n == 0) return LOOM_OK;
-  loom_cuda_ctx *c = loom_cuda_ctx_get(dev);
-  if (!c) return loom_last_status();
-  loom_cu_opt_tensor *host = malloc((size_t)g->n * sizeof *host);
-  if (!host) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
-  int64_t chunks = 0;
-  int n = 0;
-  for (int i = 0; i < g->n; i++) {
-    if (g->numel[i] == 0) continue;
-    if (h.kind == 1 && (!g->buf1 || !g->buf2 || !g->buf1[i] || !g->buf2[i])) {
-      free(host);
-      return loom_set_error(LOOM_ERR_INTERNAL, "AdamW step: parameter %d has no state buffers", i);
-    }
-    host[n].param = g->param[i];
-    host[n].grad = g->grad[i];
-    host[n].buf1 = g->buf1 ? g->buf1[i] : NULL;
-    host[n].buf2 = g->buf2 ? g->buf2[i] : NULL;
-    host[n].lowp = g->lowp ? g->lowp[i] : NULL;
-    host[n].numel = g->numel[i];
-    host[n].first_chunk = chunks;
-    chunks += (g->numel[i] + LOOM_CU_OPT_CHUNK - 1) / LOOM_CU_OPT_CHUNK;
-    n++;
-  }
-  loom_status st = LOOM_OK;
-  void *dtab = NULL;
-  if (n > 0) {
-    loom_stream *s = loom_stream_current(dev);
-    st = s ? loom_alloc_malloc(dev, (size_t)n * sizeof *host, s, &dtab) : loom_last_status();
-    if (st == LOOM_OK) {
-      /* From pageable memory: the call returns once the bytes are staged, so
-       * the host table may be freed right after. */
-      cudaError_t e = cudaMemcpyAsync(dtab, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice, c->stream);
-      if (e != cudaSuccess) st = loom_cuda_error(e, "cudaMemcpyAsync(optimizer table)", __FILE__, __LINE__);
-    }
-    if (st == LOOM_OK) {
-      cudaError_t e = loom_cu_optim_step(dtab, n, chunks, h, c->stream);
-      if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_optim_step", __FILE__, __LINE__);
-    }
-    loom_alloc_free(dev, dtab);
-  }
-  free(host);
-  return st;
-}
-
-loom_status loom_cuda_sgd_step(loom_device dev, const loom_param_group *g, const loom_sgd_hparams *hp) {
-  loom_cu_opt_hparams h = {0};
-  h.kind = 0;
-  h.lowp_bf16 = g->lowp_dtype == LOOM_BF16;
-  h.lr = hp->lr;
-  h.momentum = hp->momentum;
-  h.dampening = hp->dampening;
-  h.weight_decay = hp->weight_decay;
-  h.nesterov = hp->nesterov;
-  h.first_step = hp->first_step;
-  h.bias_correction1 = 1.0f;
-  h.bias_correction2 = 1.0f;
-  return optim_step(dev, g, h);
-}
-
-loom_status loom_cuda_adamw_step(loom_device dev, const loom_param_group *g, const loom_adamw_hparams *hp) {
-  loom_cu_opt_hparams h = {0};
-  h.kind = 1;
-  h.lowp_bf16 = g->lowp_dtype == LOOM_BF16;
-  h.lr = hp->lr;
-  h.weight_decay = hp->weight_decay;
-  h.beta1 = hp->beta1;
-  h.beta2 = hp->beta2;
-  h.eps = hp->eps;
-  h.bias_correction1 = hp->bias_correction1;
-  h.bias_correction2 = hp->bias_correction2;
-  return optim_step(dev, g, h);
-}
 #endif

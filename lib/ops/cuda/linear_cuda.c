@@ -16,14 +16,19 @@
  *     (dX masked by its ReLU) and its bias gradient (out[3]) in the same
  *     call, so the previous layer's backward does no dReLU pass and no
  *     bias-gradient reduction (apex fused_dense style).
- * Fallbacks: when cuBLASLt reports no algorithm for an epilogue, or when the
+ * Fallbacks: when cuBLASLt reports no algorithm for an epilogue and shape
+ *   (decided per plan key in matmul_lt.c, never process-wide), or when the
  *   unfused path is forced (benchmarks), the same results come from a plain
  *   GEMM plus separate kernels (bias add, ReLU, dReLU from y/x > 0, a column
  *   sum for bias gradients). loom's own kernels never read the bitmask (its
- *   bit layout is cuBLASLt's business): the fallbacks use y > 0 and x > 0,
- *   and once a forward could not produce a cuBLASLt mask, backward stops
- *   handing masks to cuBLASLt (g_mask_gap_*). */
+ *   bit layout is cuBLASLt's business): the fallbacks use y > 0 and x > 0.
+ *   A mask the forward could not have cuBLASLt write is tagged on the mask
+ *   tensor itself (mask_unwritten), so only the backward that consumes that
+ *   very mask avoids DRELU_BGRAD; every other layer keeps fusing.
+ * Bias vectors reach cuBLASLt 16-byte aligned (a misaligned view is copied
+ *   first): the epilogues read them with vector loads. */
 #ifdef LOOM_HAVE_CUDA
+#include <stdint.h>
 #include <string.h>
 
 #include "ops/cuda/cuda_internal.h"
@@ -31,21 +36,24 @@
 #include "ops/elementwise_math.h"
 
 static bool g_force_unfused = false;
-/* A requested mask was not written by cuBLASLt: because the unfused path
- * was forced (cleared when fusion is switched back on), or because an
- * epilogue had no algorithm (sticky). */
-static bool g_mask_gap_forced = false;
-static bool g_mask_gap_noalgo = false;
 
-void loom_cuda_linear_force_unfused(bool on) {
-  __atomic_store_n(&g_force_unfused, on, __ATOMIC_RELAXED);
-  if (!on) __atomic_store_n(&g_mask_gap_forced, false, __ATOMIC_RELAXED);
-}
+void loom_cuda_linear_force_unfused(bool on) { __atomic_store_n(&g_force_unfused, on, __ATOMIC_RELAXED); }
 
 bool loom_cuda_linear_unfused_forced(void) { return __atomic_load_n(&g_force_unfused, __ATOMIC_RELAXED); }
 
-static bool masks_trusted(void) {
-  return !__atomic_load_n(&g_mask_gap_forced, __ATOMIC_RELAXED) && !__atomic_load_n(&g_mask_gap_noalgo, __ATOMIC_RELAXED);
+/* The tag of a ReLU mask cuBLASLt did not write (its user_tag: a mask is a
+ * fresh op output, which no other subsystem tags). */
+static char g_mask_unwritten;
+
+static bool mask_written(const loom_tensor *mask) { return mask->user_tag != &g_mask_unwritten; }
+
+/* t's data, or a 16-byte aligned copy of it (*tmp, released by the caller). */
+static void *aligned16(loom_tensor *t, loom_tensor **tmp) {
+  *tmp = NULL;
+  if (((uintptr_t)loom_tensor_ptr(t) & 15) == 0) return loom_tensor_ptr(t);
+  *tmp = loom_cuda_scratch(t, t->ndim, t->shape, t->dtype);  /* fresh allocations are 512-byte aligned */
+  if (!*tmp || loom_cuda_copy_into(*tmp, t) != LOOM_OK) return NULL;
+  return loom_tensor_ptr(*tmp);
 }
 
 /* Elementwise helpers on whole contiguous tensors of one shape/broadcast. */
@@ -69,7 +77,7 @@ static loom_status relu_inplace(loom_cuda_ctx *c, loom_tensor *t) {
 /* out[j] = sum_i z[i*N + j] (z contiguous [M, N]). */
 static loom_status col_sum(loom_cuda_ctx *c, const loom_tensor *z, int64_t M, int64_t N, loom_tensor *out) {
   LOOM_LAUNCH_CHECK(loom_cu_reduce2d(0, z->dtype, loom_tensor_ptr(z), N, M, 1, N, out->dtype, loom_tensor_ptr(out),
-                                     c->stream));
+                                     NULL, c->stream));  /* columns: never split */
   return LOOM_OK;
 }
 
@@ -111,14 +119,10 @@ static loom_status gemm(loom_cuda_ctx *c, loom_dtype dt, bool ta, bool tb, int64
   return loom_lt_gemm_run(c, &g);
 }
 
-/* A plain GEMM: "no algorithm" is an error here. */
+/* A plain GEMM (it always runs: cublasGemmEx when cuBLASLt has no algorithm). */
 static loom_status gemm_plain(loom_cuda_ctx *c, loom_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                               const void *A, int64_t lda, const void *B, int64_t ldb, loom_tensor *C) {
-  loom_status st = gemm(c, dt, ta, tb, M, N, K, A, lda, B, ldb, C, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
-  if (st == LOOM_ERR_UNSUPPORTED)
-    st = loom_set_error(LOOM_ERR_UNSUPPORTED, "linear: cuBLASLt has no GEMM algorithm for %lld x %lld x %lld (%s)",
-                        (long long)M, (long long)N, (long long)K, loom_dtype_name(dt));
-  return st;
+  return gemm(c, dt, ta, tb, M, N, K, A, lda, B, ldb, C, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
 }
 
 loom_status loom_cuda_linear(loom_op_args *a) {
@@ -136,21 +140,22 @@ loom_status loom_cuda_linear(loom_op_args *a) {
   loom_tensor *bc = (wc && b) ? loom_cuda_contig(b, dt) : NULL;
   loom_status st = (!xc || !wc || (b && !bc)) ? loom_last_status() : LOOM_OK;
   bool fused_done = false;
+  loom_tensor *bal = NULL;
   if (st == LOOM_OK && !loom_cuda_linear_unfused_forced()) {
     cublasLtEpilogue_t epi;
     if (relu) epi = bc ? (mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_BIAS)
                        : (mask ? CUBLASLT_EPILOGUE_RELU_AUX : CUBLASLT_EPILOGUE_RELU);
     else epi = bc ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    st = gemm(c, dt, false, true, M, N, K, loom_tensor_ptr(xc), K, loom_tensor_ptr(wc), K, y, epi,
-              bc ? loom_tensor_ptr(bc) : NULL, mask ? loom_tensor_ptr(mask) : NULL, mask ? mask->shape[1] * 8 : 0);
+    void *bias = bc ? aligned16(bc, &bal) : NULL;
+    if (bc && !bias) st = loom_last_status();
+    if (st == LOOM_OK)
+      st = gemm(c, dt, false, true, M, N, K, loom_tensor_ptr(xc), K, loom_tensor_ptr(wc), K, y, epi, bias,
+                mask ? loom_tensor_ptr(mask) : NULL, mask ? mask->shape[1] * 8 : 0);
     if (st == LOOM_OK) fused_done = true;
-    else if (st == LOOM_ERR_UNSUPPORTED) {
-      st = LOOM_OK;
-      if (mask) __atomic_store_n(&g_mask_gap_noalgo, true, __ATOMIC_RELAXED);
-    }
-  } else if (st == LOOM_OK && mask) {
-    __atomic_store_n(&g_mask_gap_forced, true, __ATOMIC_RELAXED);
+    else if (st == LOOM_ERR_UNSUPPORTED) st = LOOM_OK;
   }
+  loom_tensor_release(bal);
+  if (mask) mask->user_tag = fused_done ? NULL : &g_mask_unwritten;
   if (st == LOOM_OK && !fused_done) {
     /* The unfused path: GEMM, then bias, then ReLU, three kernels. */
     st = gemm_plain(c, dt, false, true, M, N, K, loom_tensor_ptr(xc), K, loom_tensor_ptr(wc), K, y);
@@ -209,10 +214,11 @@ loom_status loom_cuda_linear_backward(loom_op_args *a) {
     if (!wc) st = loom_last_status();
   }
 
-  /* dW = dzᵀ·x, with db from the BGRADB epilogue when it can. */
+  /* dW = dzᵀ·x, with db from the BGRADB epilogue when it can (db is a
+   * fresh output: allocator-aligned). */
   bool db_done = false;
   if (st == LOOM_OK && dw) {
-    if (fuse && db && db->dtype == dt && M > 0 && N > 0 && K > 0) {
+    if (fuse && db && db->dtype == dt && M > 0 && N > 0 && K > 0 && ((uintptr_t)loom_tensor_ptr(db) & 15) == 0) {
       st = gemm(c, dt, true, false, N, K, M, loom_tensor_ptr(dz), N, loom_tensor_ptr(xc), K, dw,
                 CUBLASLT_EPILOGUE_BGRADB, loom_tensor_ptr(db), NULL, 0);
       if (st == LOOM_OK) db_done = true;
@@ -226,7 +232,8 @@ loom_status loom_cuda_linear_backward(loom_op_args *a) {
   /* dX = dz·w; with chaining, also the previous layer's dReLU and db. */
   if (st == LOOM_OK && dx) {
     bool done = false;
-    if (chain && fuse && masks_trusted() && M > 0 && K > 0 && N > 0 && (!db_prev || db_prev->dtype == dt)) {
+    if (chain && fuse && mask_written(in3) && M > 0 && K > 0 && N > 0 && (!db_prev || db_prev->dtype == dt) &&
+        (!db_prev || ((uintptr_t)loom_tensor_ptr(db_prev) & 15) == 0)) {
       st = gemm(c, dt, false, false, M, K, N, loom_tensor_ptr(dz), N, loom_tensor_ptr(wc), K, dx,
                 db_prev ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU,
                 db_prev ? loom_tensor_ptr(db_prev) : NULL, loom_tensor_ptr(in3), in3->shape[1] * 8);

@@ -2,8 +2,10 @@
  * (+backward), always computed in f32 whatever the input dtype, with the
  * same formulas as lib/ops/cpu/loss_cpu.c (max-subtracted log-sum-exp, sums
  * in double). One warp per row: rows are short in classifiers (10 to a few
- * thousand classes). Labels outside [0, C) are reported through a device
- * word the host reads after the forward kernel. */
+ * thousand classes). Labels outside [0, C) are not waited for: the rows
+ * kernel atomicMin's the first bad row into a device word and the mean
+ * kernel publishes it to the mapped host record of device/deferred.c, which
+ * the host reads when it next waits for the GPU (no sync in the step). */
 #include <math.h>
 #include "ops/cuda/cuda_dtype.cuh"
 
@@ -110,8 +112,11 @@ __global__ void k_ce_rows(int dt, const void *x, int ldt, const void *labels, in
   if (lane == 0) row_loss[r] = (float)((double)(m - loom_load_f(x, dt, base + lab)) + (double)ls);
 }
 
-/* Mean of the per-row losses in double, by one block. */
-__global__ void k_mean(const float *v, int64_t n, float *out) {
+/* Mean of the per-row losses in double, by one block; then thread 0
+ * publishes a bad label found by k_ce_rows (first one wins until the host
+ * has reported it) and clears the device word for the next launch. */
+__global__ void k_mean(const float *v, int64_t n, float *out, unsigned long long *bad, loom_cu_deferred_error *rec,
+                       int ldt, const void *labels, int64_t lstride, int64_t C) {
   __shared__ double sh[256];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
@@ -121,18 +126,30 @@ __global__ void k_mean(const float *v, int64_t n, float *out) {
     if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
+  if (threadIdx.x == 0) {
+    out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
+    const unsigned long long r = *bad;
+    if (r != ~0ull) {
+      if (rec->row == ~0ull) {
+        rec->label = label_at(labels, ldt, (int64_t)r * lstride);
+        rec->classes = C;
+        __threadfence_system();  /* label and classes before row, as the host reads them */
+        rec->row = r;
+      }
+      *bad = ~0ull;
+    }
+  }
 }
 
 extern "C" cudaError_t loom_cu_cross_entropy(int dt, const void *x, int ldt, const void *labels, int64_t lstride,
                                              int64_t N, int64_t C, float *row_loss, float *out,
-                                             unsigned long long *bad, cudaStream_t s) {
+                                             unsigned long long *bad, loom_cu_deferred_error *rec, cudaStream_t s) {
   if (N > 0) {
     k_ce_rows<<<blocks_for_rows(N), WARPS_PER_BLOCK * 32, 0, s>>>(dt, x, ldt, labels, lstride, N, C, row_loss, bad);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  k_mean<<<1, 256, 0, s>>>(row_loss, N, out);
+  k_mean<<<1, 256, 0, s>>>(row_loss, N, out, bad, rec, ldt, labels, lstride, C);
   return cudaGetLastError();
 }
 

@@ -10,11 +10,23 @@
  * Plans (matmul descriptor, three layouts, the heuristic's algorithm or the
  * fact that there is none) are cached by everything that shapes them:
  * device, dtype, transposes, M/N/K, leading dims, batch count and strides,
- * epilogue, aux leading dim, TF32, and the alignment class of each pointer
- * (the heuristic depends on it). Nothing is rebuilt per call; per call only
- * the bias/aux pointers are set on the cached descriptor, under the cache
- * lock, right before cublasLtMatmul is enqueued. */
+ * epilogue, aux leading dim, TF32, and the alignment class of each pointer.
+ * The heuristic is told those real alignments (PREF_MIN_ALIGNMENT_*; its
+ * default assumes 256-byte operands, which a sliced view is not), so every
+ * plan's algorithm is valid for the pointers it is used with.
+ *
+ * The cache is a hash table whose chains only grow: a lookup takes no lock
+ * (acquire loads of published, immutable keys); building a missing plan
+ * takes the insert lock. Only plans whose epilogue reads bias/aux pointers
+ * are mutated per call (the pointers go on the cached descriptor right
+ * before cublasLtMatmul is enqueued): those take their own plan's lock.
+ *
+ * "No algorithm" is a property of one plan key, never of the process: a
+ * fused epilogue without one makes the caller fall back for that shape only
+ * (LOOM_ERR_UNSUPPORTED, no message), and a plain GEMM without one runs on
+ * cublasGemmStridedBatchedEx instead. */
 #ifdef LOOM_HAVE_CUDA
+#include <cublas_v2.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,31 +37,38 @@
 #include "ops/cuda/cuda_kernels.h"
 
 typedef struct plan_key {
-  int64_t dev, dt, ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch, epilogue, aux_ld, tf32;
+  int64_t dev, dt, ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch, epilogue, aux_ld, tf32, refuse;
   int64_t align[5];  /* A, B, C, bias, aux: largest power of two <= 256 dividing the address */
 } plan_key;
 
 typedef struct plan {
   plan_key key;
+  uint64_t hash;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
-  bool has_algo;
-  struct plan *next;
+  int has_algo;              /* atomic: cleared if cublasLtMatmul refuses the heuristic's choice */
+  pthread_mutex_t lock;      /* per-call pointer attributes of bias/aux epilogues */
+  struct plan *next;         /* chain; written before publication, never changed */
 } plan;
 
-static pthread_mutex_t g_plan_lock = PTHREAD_MUTEX_INITIALIZER;
-static plan *g_plans;
+#define PLAN_BUCKETS 256
+static plan *g_buckets[PLAN_BUCKETS];  /* heads, published with release stores */
+static pthread_mutex_t g_plan_insert = PTHREAD_MUTEX_INITIALIZER;
 static bool g_allow_tf32 = false;
+static bool g_refuse_algos = false;
+static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
 
 bool loom_cuda_tf32_allowed(void) { return __atomic_load_n(&g_allow_tf32, __ATOMIC_RELAXED); }
 /* Called by loom_set_allow_tf32 (cuda_switches.c). */
 void loom_cuda_set_tf32(bool on);
 void loom_cuda_set_tf32(bool on) { __atomic_store_n(&g_allow_tf32, on, __ATOMIC_RELAXED); }
 
+void loom_cuda_lt_testing_refuse(bool on) { __atomic_store_n(&g_refuse_algos, on, __ATOMIC_RELAXED); }
+
 static int64_t align_class(const void *p) {
   uintptr_t u = (uintptr_t)p;
-  if (!u) return 0;
+  if (!u) return 256;
   int64_t a = 1;
   while (a < 256 && (u % (uintptr_t)(a * 2)) == 0) a *= 2;
   return a;
@@ -74,7 +93,22 @@ static void plan_destroy(plan *p) {
   if (p->la) cublasLtMatrixLayoutDestroy(p->la);
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
   if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  pthread_mutex_destroy(&p->lock);
   free(p);
+}
+
+/* FNV-1a over the key's bytes (the key is all int64, no padding). */
+static uint64_t key_hash(const plan_key *k) {
+  const unsigned char *b = (const unsigned char *)k;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static plan *lookup(const plan_key *k, uint64_t h) {
+  plan *p = __atomic_load_n(&g_buckets[h % PLAN_BUCKETS], __ATOMIC_ACQUIRE);
+  while (p && (p->hash != h || memcmp(&p->key, k, sizeof *k) != 0)) p = p->next;
+  return p;
 }
 
 /* Column-major layout of rows x cols with leading dim ld, batched. */
@@ -108,6 +142,7 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
   plan *p = calloc(1, sizeof *p);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "matmul: out of host memory for a cuBLASLt plan");
   p->key = *key;
+  pthread_mutex_init(&p->lock, NULL);
   loom_status st = LOOM_OK;
   cudaDataType_t t = cuda_type(g->dt);
   cublasComputeType_t ct =
@@ -136,11 +171,22 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
   if (st == LOOM_OK)
     st = make_layout(&p->lb, t, g->trans_a ? g->M : g->K, g->trans_a ? g->K : g->M, g->lda, g->batch, g->sa);
   if (st == LOOM_OK) st = make_layout(&p->lc, t, g->N, g->M, g->ldc, g->batch, g->sc);
-  if (st == LOOM_OK) {
+  if (st == LOOM_OK && key->refuse) {
+    loom_log_msg(LOOM_LOG_INFO, "cuBLASLt: refusing algorithms (testing switch) for epilogue %d", (int)epi);
+  } else if (st == LOOM_OK) {
     cublasLtMatmulPreference_t pref = NULL;
     TRYCB(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = ctx->workspace_bytes;
     TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* The operands' real alignments (cuBLASLt's A is our B; C and D are
+     * our C): without them the heuristic assumes 256 bytes and may pick a
+     * kernel that faults or is refused on a sliced view. */
+    uint32_t al[4] = {(uint32_t)key->align[1], (uint32_t)key->align[0], (uint32_t)key->align[2],
+                      (uint32_t)key->align[2]};
+    TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]));
+    TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]));
+    TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
+    TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]));
     if (st == LOOM_OK) {
       cublasLtMatmulHeuristicResult_t res;
       int count = 0;
@@ -148,17 +194,17 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
       cs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &count);
       if (cs == CUBLAS_STATUS_SUCCESS && count > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
         p->algo = res.algo;
-        p->has_algo = true;
-      } else if (cs != CUBLAS_STATUS_SUCCESS && cs != CUBLAS_STATUS_NOT_SUPPORTED &&
-                 (epi == CUBLASLT_EPILOGUE_DEFAULT || cs != CUBLAS_STATUS_INVALID_VALUE)) {
+        p->has_algo = 1;
+      } else if (cs != CUBLAS_STATUS_SUCCESS && cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE) {
         st = loom_cublas_error(cs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
       } else {
-        /* No algorithm for this problem (an epilogue may reject a layout with
+        /* No algorithm for this key (an epilogue may reject a layout with
          * INVALID_VALUE): cached as such; the caller falls back. */
         loom_log_msg(LOOM_LOG_INFO,
-                     "cuBLASLt: no algorithm for epilogue %d, %lld x %lld x %lld %s (%s); using the unfused path",
+                     "cuBLASLt: no algorithm for epilogue %d, %lld x %lld x %lld %s (%s); %s",
                      (int)epi, (long long)g->M, (long long)g->N, (long long)g->K, loom_dtype_name(g->dt),
-                     cublasLtGetStatusName(cs));
+                     cublasLtGetStatusName(cs),
+                     epi == CUBLASLT_EPILOGUE_DEFAULT ? "using cublasGemmEx" : "using the unfused path for this shape");
       }
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -170,6 +216,38 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
   }
   *out = p;
   return LOOM_OK;
+}
+
+/* A plain GEMM on cuBLAS's classic API (cuBLASLt offered no algorithm): the
+ * same column-major swap, on the context's stream and workspace. */
+static loom_status gemm_ex(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
+  pthread_mutex_lock(&g_blas_lock);
+  loom_status st = LOOM_OK;
+  if (!ctx->blas) {
+    cublasStatus_t cs = cublasCreate(&ctx->blas);
+    if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetWorkspace(ctx->blas, ctx->workspace, ctx->workspace_bytes);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+      if (ctx->blas) cublasDestroy(ctx->blas);
+      ctx->blas = NULL;
+      st = loom_cublas_error(cs, "cublasCreate (fallback GEMM)", __FILE__, __LINE__);
+    }
+  }
+  if (st == LOOM_OK) {
+    cublasStatus_t cs = cublasSetStream(ctx->blas, ctx->stream);
+    cudaDataType_t t = cuda_type(g->dt);
+    cublasComputeType_t ct =
+        (g->dt == LOOM_F32 && loom_cuda_tf32_allowed()) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float alpha = 1.0f, beta = g->beta;
+    if (cs == CUBLAS_STATUS_SUCCESS)
+      cs = cublasGemmStridedBatchedEx_64(ctx->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->N, g->M, g->K, &alpha, g->B, t,
+                                         g->ldb, g->batch > 1 ? g->sb : 0, g->A, t, g->lda, g->batch > 1 ? g->sa : 0,
+                                         &beta, g->C, t, g->ldc, g->batch > 1 ? g->sc : 0, g->batch, ct,
+                                         CUBLAS_GEMM_DEFAULT);
+    if (cs != CUBLAS_STATUS_SUCCESS) st = loom_cublas_error(cs, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
+  }
+  pthread_mutex_unlock(&g_blas_lock);
+  return st;
 }
 
 loom_status loom_lt_gemm_run(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
@@ -192,40 +270,54 @@ loom_status loom_lt_gemm_run(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
   key.epilogue = g->epilogue;
   key.aux_ld = uses_aux(g->epilogue) ? g->aux_ld : 0;
   key.tf32 = g->dt == LOOM_F32 && loom_cuda_tf32_allowed();
+  key.refuse = __atomic_load_n(&g_refuse_algos, __ATOMIC_RELAXED);
   key.align[0] = align_class(g->A);
   key.align[1] = align_class(g->B);
   key.align[2] = align_class(g->C);
   key.align[3] = uses_bias(g->epilogue) ? align_class(g->bias) : 0;
   key.align[4] = uses_aux(g->epilogue) ? align_class(g->aux) : 0;
+  uint64_t h = key_hash(&key);
 
-  pthread_mutex_lock(&g_plan_lock);
-  plan *p = g_plans;
-  while (p && memcmp(&p->key, &key, sizeof key) != 0) p = p->next;
-  loom_status st = LOOM_OK;
+  plan *p = lookup(&key, h);
   if (!p) {
-    st = plan_build(ctx, g, &key, &p);
-    if (st == LOOM_OK) {
-      p->next = g_plans;
-      g_plans = p;
+    pthread_mutex_lock(&g_plan_insert);
+    p = lookup(&key, h);
+    loom_status st = LOOM_OK;
+    if (!p) {
+      st = plan_build(ctx, g, &key, &p);
+      if (st == LOOM_OK) {
+        p->hash = h;
+        p->next = g_buckets[h % PLAN_BUCKETS];
+        __atomic_store_n(&g_buckets[h % PLAN_BUCKETS], p, __ATOMIC_RELEASE);
+      }
     }
+    pthread_mutex_unlock(&g_plan_insert);
+    LOOM_TRY(st);
   }
-  if (st == LOOM_OK && !p->has_algo) st = LOOM_ERR_UNSUPPORTED;  /* caller falls back; no message */
-  if (st == LOOM_OK) st = set_pointers(p, g);
+  if (!__atomic_load_n(&p->has_algo, __ATOMIC_ACQUIRE)) {
+    if (g->epilogue == CUBLASLT_EPILOGUE_DEFAULT) return gemm_ex(ctx, g);
+    return LOOM_ERR_UNSUPPORTED;  /* the caller falls back; no message */
+  }
+  bool per_call = uses_bias(g->epilogue) || uses_aux(g->epilogue);
+  if (per_call) pthread_mutex_lock(&p->lock);
+  loom_status st = per_call ? set_pointers(p, g) : LOOM_OK;
+  bool refused = false;
   if (st == LOOM_OK) {
     const float alpha = 1.0f, beta = g->beta;
     /* cuBLASLt's A is our B (see the top of this file). */
     cublasStatus_t cs = cublasLtMatmul(ctx->lt, p->desc, &alpha, g->B, p->la, g->A, p->lb, &beta, g->C, p->lc, g->C,
                                        p->lc, &p->algo, ctx->workspace, ctx->workspace_bytes, ctx->stream);
-    if (cs == CUBLAS_STATUS_NOT_SUPPORTED && g->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (cs == CUBLAS_STATUS_NOT_SUPPORTED) {
       /* The heuristic offered an algorithm the call then refused: remember
-       * that and let the caller fall back (nothing was enqueued). */
-      p->has_algo = false;
-      st = LOOM_ERR_UNSUPPORTED;
+       * that for this key (nothing was enqueued) and fall back. */
+      __atomic_store_n(&p->has_algo, 0, __ATOMIC_RELEASE);
+      refused = true;
     } else if (cs != CUBLAS_STATUS_SUCCESS) {
       st = loom_cublas_error(cs, "cublasLtMatmul", __FILE__, __LINE__);
     }
   }
-  pthread_mutex_unlock(&g_plan_lock);
+  if (per_call) pthread_mutex_unlock(&p->lock);
+  if (refused) return g->epilogue == CUBLASLT_EPILOGUE_DEFAULT ? gemm_ex(ctx, g) : LOOM_ERR_UNSUPPORTED;
   return st;
 }
 
@@ -345,10 +437,7 @@ loom_status loom_cuda_matmul(loom_op_args *a) {
     g.sc = M * N;
     g.batch = batches;
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    st = loom_lt_gemm_run(ctx, &g);
-    if (st == LOOM_ERR_UNSUPPORTED)
-      st = loom_set_error(LOOM_ERR_UNSUPPORTED, "matmul: cuBLASLt has no algorithm for %lld x %lld x %lld (%s)",
-                          (long long)M, (long long)N, (long long)K, loom_dtype_name(o->dtype));
+    st = loom_lt_gemm_run(ctx, &g);  /* a DEFAULT epilogue always runs (cublasGemmEx when cuBLASLt has none) */
   }
   loom_tensor_release(gx.t);
   loom_tensor_release(gy.t);

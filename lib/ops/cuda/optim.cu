@@ -3,12 +3,26 @@
  * LOOM_CU_OPT_CHUNK elements of one tensor (found by binary search over the
  * tensors' first chunks), so small and large tensors share one grid. The
  * per-element math is lib/optim/optim_cpu.c's (PyTorch's SGD and AdamW);
- * lowp copies (f16/bf16, for mixed precision) are refreshed in the same pass. */
+ * lowp copies (f16/bf16, for mixed precision) are refreshed in the same pass.
+ *
+ * What changes from step to step lives on the device (loom_cu_opt_dev):
+ * each parameter's update count, read here to decide SGD's first step and
+ * AdamW's bias corrections, and committed by a second tiny kernel; and the
+ * loss scaler's skip flag, which both kernels read first. So a step never
+ * needs the host to know whether the previous one was skipped, and the
+ * launches take only fixed addresses (capture-friendly). */
 #include <math.h>
-#include "ops/cuda/cuda_launch.h"
-#include "core/half.h"
+#include "ops/cuda/cuda_dtype.cuh"
 
-__global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams h) {
+/* 1 - beta^t for t >= 1: the host's table (the CPU's own expression) or,
+ * past it, the same expression in device double arithmetic. */
+__device__ __forceinline__ float bias_correction(const float *tab, int64_t len, double beta, int64_t t) {
+  if (t <= len) return tab[t - 1];
+  return (float)(1.0 - pow(beta, (double)t));
+}
+
+__global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams h, loom_cu_opt_dev d) {
+  if (d.skip && *d.skip) return;
   const int64_t chunk = blockIdx.x;
   int lo = 0, hi = n - 1;
   while (lo < hi) {  /* last tensor whose first chunk is <= chunk */
@@ -20,12 +34,17 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
   const int64_t start = (chunk - t.first_chunk) * LOOM_CU_OPT_CHUNK;
   int64_t end = start + LOOM_CU_OPT_CHUNK;
   if (end > t.numel) end = t.numel;
+  /* This parameter's update count before this step (device state). */
+  const int64_t prior = d.counts ? d.counts[t.pidx] : 0;
+  const int first_step = d.counts ? prior == 0 : h.first_step;
+  const float bc1 = d.counts ? bias_correction(d.bc1, d.bc_len, d.beta1, prior + 1) : h.bias_correction1;
+  const float bc2 = d.counts ? bias_correction(d.bc2, d.bc_len, d.beta2, prior + 1) : h.bias_correction2;
   /* The CPU kernel's expressions in its evaluation order, each product and
    * sum rounded on its own (__fmul_rn/__fadd_rn): nvcc would otherwise
    * contract them into FMAs, and the update would drift from the CPU's by
    * an ulp per step. AdamW multiplies by 1/sqrt(bc2), as the CPU does. */
-  const float step_size = h.lr / h.bias_correction1;
-  const float inv_bc2_sqrt = 1.0f / sqrtf(h.bias_correction2);
+  const float step_size = h.lr / bc1;
+  const float inv_bc2_sqrt = 1.0f / sqrtf(bc2);
   const float decay = __fsub_rn(1.0f, __fmul_rn(h.lr, h.weight_decay));
   const float damp = 1.0f - h.dampening;
   const float c1 = 1.0f - h.beta1, c2 = 1.0f - h.beta2;
@@ -33,13 +52,13 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
     float p = t.param[j];
     const float g = t.grad[j];
     if (h.kind == 0) {
-      float d = __fadd_rn(g, __fmul_rn(h.weight_decay, p));
+      float dd = __fadd_rn(g, __fmul_rn(h.weight_decay, p));
       if (t.buf1) {
-        float b = h.first_step ? d : __fadd_rn(__fmul_rn(h.momentum, t.buf1[j]), __fmul_rn(damp, d));
+        float b = first_step ? dd : __fadd_rn(__fmul_rn(h.momentum, t.buf1[j]), __fmul_rn(damp, dd));
         t.buf1[j] = b;
-        d = h.nesterov ? __fadd_rn(d, __fmul_rn(h.momentum, b)) : b;
+        dd = h.nesterov ? __fadd_rn(dd, __fmul_rn(h.momentum, b)) : b;
       }
-      p = __fsub_rn(p, __fmul_rn(h.lr, d));
+      p = __fsub_rn(p, __fmul_rn(h.lr, dd));
     } else {
       const float m = __fadd_rn(__fmul_rn(h.beta1, t.buf1[j]), __fmul_rn(c1, g));
       const float v = __fadd_rn(__fmul_rn(h.beta2, t.buf2[j]), __fmul_rn(__fmul_rn(c2, g), g));
@@ -49,13 +68,29 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
       p = __fsub_rn(__fmul_rn(p, decay), __fmul_rn(step_size, m) / denom);
     }
     t.param[j] = p;
-    if (t.lowp) t.lowp[j] = h.lowp_bf16 ? loom_bfloat_from_f32(p) : loom_half_from_f32(p);
+    if (t.lowp) t.lowp[j] = h.lowp_bf16 ? loom_cu_f2bf(p) : loom_cu_f2h(p);
   }
 }
 
+/* After the update (same stream): one more update for every listed
+ * parameter and for the optimizer, unless the step was skipped. */
+__global__ void k_optim_commit(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_dev d) {
+  if (d.skip && *d.skip) return;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) d.counts[ts[i].pidx] += 1;
+  if (blockIdx.x == 0 && threadIdx.x == 0) d.counts[d.n_params] += 1;
+}
+
 extern "C" cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
-                                          loom_cu_opt_hparams h, cudaStream_t s) {
-  if (n == 0 || total_chunks == 0) return cudaSuccess;
-  k_optim<<<(unsigned)total_chunks, 256, 0, s>>>(tensors, n, h);
-  return cudaGetLastError();
+                                          loom_cu_opt_hparams h, loom_cu_opt_dev d, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (total_chunks > 0) {
+    k_optim<<<(unsigned)total_chunks, 256, 0, s>>>(tensors, n, h, d);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  if (d.counts) {
+    k_optim_commit<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(tensors, n, d);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
 }

@@ -2,7 +2,13 @@
  * float dtype (the C side moves the reduced dims last, gathering into a
  * scratch buffer only when the dims do not form such a view). Sums use a
  * double accumulator like the CPU kernel; max propagates NaN; argmax returns
- * the first index of the maximum, a NaN counting as the maximum. */
+ * the first index of the maximum, a NaN counting as the maximum.
+ *
+ * A reduction over few long rows (a full sum or max: rows = 1) would leave
+ * one block per row and the rest of the GPU idle: it is split over up to
+ * ~1024 blocks per call that write partial results (double for sums, so
+ * nothing is lost), and a second kernel combines each row's partials in a
+ * fixed order (deterministic). */
 #include <math.h>
 #include "ops/cuda/cuda_dtype.cuh"
 
@@ -96,9 +102,86 @@ __global__ void k_reduce_cols(int kind, int idt, const void *x, int64_t rows, in
   }
 }
 
+/* ---- the split path: first pass per (row, part), second pass per row ---- */
+
+#define SPLIT_MIN_LEN 16384      /* shorter rows: one block each is plenty */
+#define SPLIT_MAX_ROWS 256       /* more rows: they fill the GPU by themselves */
+#define SPLIT_TARGET_BLOCKS 1024
+#define SPLIT_MIN_PART 4096      /* elements per block at least */
+
+static int64_t split_parts(int64_t rows, int64_t len, int64_t rs, int64_t js) {
+  if (rows == 0 || rows >= SPLIT_MAX_ROWS || len < SPLIT_MIN_LEN || (rs == 1 && js != 1)) return 1;
+  int64_t per_row = SPLIT_TARGET_BLOCKS / rows;
+  int64_t by_len = (len + SPLIT_MIN_PART - 1) / SPLIT_MIN_PART;
+  int64_t p = per_row < by_len ? per_row : by_len;
+  return p < 2 ? 1 : p;
+}
+
+extern "C" size_t loom_cu_reduce2d_scratch(int64_t rows, int64_t len, int64_t rs, int64_t js) {
+  int64_t p = split_parts(rows, len, rs, js);
+  return p > 1 ? (size_t)(rows * p) * sizeof(double) : 0;
+}
+
+__device__ __forceinline__ void block_combine(int kind, double *ssum, float *smax, double &acc, float &m) {
+  ssum[threadIdx.x] = acc;
+  smax[threadIdx.x] = m;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if ((int)threadIdx.x < w) {
+      ssum[threadIdx.x] += ssum[threadIdx.x + w];
+      smax[threadIdx.x] = max_comb(smax[threadIdx.x], smax[threadIdx.x + w]);
+    }
+    __syncthreads();
+  }
+  acc = ssum[0];
+  m = smax[0];
+}
+
+/* grid (parts, rows): part p of row r covers [p*chunk, min(len, (p+1)*chunk)). */
+__global__ void k_reduce_split(int kind, int idt, const void *x, int64_t len, int64_t rs, int64_t js, double *partial) {
+  __shared__ double ssum[RED_THREADS];
+  __shared__ float smax[RED_THREADS];
+  const int64_t r = blockIdx.y, parts = gridDim.x;
+  const int64_t chunk = (len + parts - 1) / parts;
+  const int64_t j0 = blockIdx.x * chunk, j1 = j0 + chunk < len ? j0 + chunk : len;
+  double acc = 0.0;
+  float m = -INFINITY;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    float v = loom_load_f(x, idt, r * rs + j * js);
+    if (kind == 0) acc += v;
+    else m = max_comb(m, v);
+  }
+  block_combine(kind, ssum, smax, acc, m);
+  if (threadIdx.x == 0) partial[r * parts + blockIdx.x] = kind == 0 ? acc : (double)m;
+}
+
+__global__ void k_reduce_finish(int kind, const double *partial, int64_t parts, int odt, void *out) {
+  __shared__ double ssum[RED_THREADS];
+  __shared__ float smax[RED_THREADS];
+  const int64_t r = blockIdx.x;
+  double acc = 0.0;
+  float m = -INFINITY;
+  for (int64_t p = threadIdx.x; p < parts; p += blockDim.x) {
+    double v = partial[r * parts + p];
+    if (kind == 0) acc += v;
+    else m = max_comb(m, (float)v);
+  }
+  block_combine(kind, ssum, smax, acc, m);
+  if (threadIdx.x == 0) loom_store_f(out, odt, r, kind == 0 ? (float)acc : m);
+}
+
 extern "C" cudaError_t loom_cu_reduce2d(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs,
-                                        int64_t js, int odt, void *out, cudaStream_t s) {
+                                        int64_t js, int odt, void *out, void *scratch, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
+  int64_t parts = split_parts(rows, len, rs, js);
+  if (parts > 1 && scratch) {
+    k_reduce_split<<<dim3((unsigned)parts, (unsigned)rows), RED_THREADS, 0, s>>>(kind, idt, x, len, rs, js,
+                                                                                (double *)scratch);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    k_reduce_finish<<<(unsigned)rows, RED_THREADS, 0, s>>>(kind, (const double *)scratch, parts, odt, out);
+    return cudaGetLastError();
+  }
   if (rs == 1 && js != 1) {
     k_reduce_cols<<<(unsigned)((rows + 31) / 32), dim3(32, 8), 0, s>>>(kind, idt, x, rows, len, js, odt, out);
   } else if (js == 1 || rows < 2048) {

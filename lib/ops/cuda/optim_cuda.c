@@ -1,0 +1,203 @@
+/* optim_cuda.c — the C side of the fused multi-tensor SGD / AdamW steps on
+ * the GPU (device code: optim.cu) and the device-resident state they keep:
+ *  - the parameter table (pointers, sizes, chunk map), kept in device memory
+ *    and re-uploaded only when it changes (dev_table.c), not copied from
+ *    pageable memory every step;
+ *  - each parameter's update count and the optimizer's step count, on the
+ *    device, so SGD's first step and AdamW's bias corrections come from
+ *    there — a step the loss scaler skips on the GPU is simply not counted,
+ *    without the host ever learning of it during the step;
+ *  - AdamW's bias corrections 1 - beta^t, tabulated once by the host with
+ *    the CPU's exact expression (float)(1.0 - pow(beta, t)) up to where both
+ *    reach 1.0f (capped; beyond, the device computes the same expression),
+ *    so the GPU update stays bit-identical to the CPU's. */
+#ifdef LOOM_HAVE_CUDA
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc.h"
+#include "device/sync_stats.h"
+#include "ops/cuda/cuda_internal.h"
+#include "ops/cuda/dev_table.h"
+#include "optim/optim_kernels.h"
+
+#define BC_TABLE_MAX ((int64_t)1 << 20)
+
+struct loom_opt_cuda {
+  loom_device dev;
+  int n_params;
+  int64_t *counts;        /* device: [n_params] per parameter, then the step count */
+  float *bc;              /* device: bc1[bc_len] then bc2[bc_len] (AdamW), else NULL */
+  int64_t bc_len;
+  double beta1, beta2;
+  loom_dev_table *table;
+  loom_cu_opt_tensor *host_tab;  /* scratch: this step's table */
+  int host_cap;
+};
+
+void loom_cuda_opt_free(loom_opt_cuda *s) {
+  if (!s) return;
+  loom_alloc_free(s->dev, s->counts);
+  loom_alloc_free(s->dev, s->bc);
+  loom_dev_table_free(s->table);
+  free(s->host_tab);
+  free(s);
+}
+
+int64_t loom_cuda_opt_table_uploads(const loom_opt_cuda *s) { return s ? loom_dev_table_uploads(s->table) : 0; }
+
+/* Upload n bytes from a temporary host buffer (staged before returning). */
+static loom_status upload(loom_cuda_ctx *c, void *dst, const void *src, size_t n, const char *what) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream);
+  if (e != cudaSuccess) return loom_cuda_error(e, what, __FILE__, __LINE__);
+  return LOOM_OK;
+}
+
+static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool adamw, loom_opt_cuda **out) {
+  loom_opt_cuda *s = calloc(1, sizeof *s);
+  if (!s) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
+  s->dev = c->dev;
+  s->n_params = a->n_params;
+  s->beta1 = a->beta1;
+  s->beta2 = a->beta2;
+  loom_stream *ls = loom_stream_current(c->dev);
+  loom_status st = ls ? LOOM_OK : loom_last_status();
+  size_t cbytes = (size_t)(a->n_params + 1) * sizeof(int64_t);
+  int64_t *hc = malloc(cbytes);
+  float *hb = NULL;
+  if (!hc) st = loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
+  if (st == LOOM_OK) {
+    for (int i = 0; i < a->n_params; i++) hc[i] = a->host_counts ? a->host_counts[i] : 0;
+    hc[a->n_params] = a->host_steps;
+    st = loom_alloc_malloc(c->dev, cbytes, ls, (void **)&s->counts);
+  }
+  if (st == LOOM_OK) st = upload(c, s->counts, hc, cbytes, "cudaMemcpyAsync(optimizer counts)");
+  if (st == LOOM_OK && adamw) {
+    /* Until both corrections are exactly 1.0f (t ~ 17k for beta2 = 0.999). */
+    int64_t len = 1;
+    while (len < BC_TABLE_MAX && ((float)(1.0 - pow(a->beta1, (double)len)) != 1.0f ||
+                                  (float)(1.0 - pow(a->beta2, (double)len)) != 1.0f))
+      len++;
+    s->bc_len = len;
+    hb = malloc((size_t)(2 * len) * sizeof *hb);
+    if (!hb) st = loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
+    for (int64_t t = 1; st == LOOM_OK && t <= len; t++) {
+      /* Exactly optimizer.c's loom_optimizer_step_group expression. */
+      hb[t - 1] = (float)(1.0 - pow(a->beta1, (double)t));
+      hb[len + t - 1] = (float)(1.0 - pow(a->beta2, (double)t));
+    }
+    if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, (size_t)(2 * len) * sizeof *hb, ls, (void **)&s->bc);
+    if (st == LOOM_OK) st = upload(c, s->bc, hb, (size_t)(2 * len) * sizeof *hb, "cudaMemcpyAsync(bias corrections)");
+  }
+  free(hc);
+  free(hb);
+  if (st != LOOM_OK) {
+    loom_cuda_opt_free(s);
+    return st;
+  }
+  *out = s;
+  return LOOM_OK;
+}
+
+loom_status loom_cuda_opt_counts(loom_opt_cuda *s, int64_t *counts, int64_t *steps) {
+  if (!s) return loom_set_error(LOOM_ERR_STATE, "optimizer: no device state yet");
+  loom_cuda_ctx *c = loom_cuda_ctx_get(s->dev);
+  if (!c) return loom_last_status();
+  size_t n = (size_t)(s->n_params + 1);
+  int64_t *h = malloc(n * sizeof *h);
+  if (!h) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
+  loom_sync_count(LOOM_SYNC_D2H);
+  cudaError_t e = cudaMemcpyAsync(h, s->counts, n * sizeof *h, cudaMemcpyDeviceToHost, c->stream);
+  if (e == cudaSuccess) {
+    loom_sync_count(LOOM_SYNC_STREAM);
+    e = cudaStreamSynchronize(c->stream);
+  }
+  if (e != cudaSuccess) {
+    free(h);
+    return loom_cuda_error(e, "reading the optimizer's step counts", __FILE__, __LINE__);
+  }
+  if (counts) memcpy(counts, h, (size_t)s->n_params * sizeof *h);
+  if (steps) *steps = h[s->n_params];
+  free(h);
+  return LOOM_OK;
+}
+
+static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_cu_opt_hparams h,
+                              const loom_opt_cuda_args *a) {
+  loom_cuda_ctx *c = loom_cuda_ctx_get(dev);
+  if (!c) return loom_last_status();
+  if (!*a->state) LOOM_TRY(state_new(c, a, h.kind == 1, a->state));
+  loom_opt_cuda *s = *a->state;
+  if (g->n > s->host_cap) {
+    loom_cu_opt_tensor *nt = realloc(s->host_tab, (size_t)g->n * sizeof *nt);
+    if (!nt) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
+    s->host_tab = nt;
+    s->host_cap = g->n;
+  }
+  loom_cu_opt_tensor *host = s->host_tab;
+  int64_t chunks = 0;
+  for (int i = 0; i < g->n; i++) {
+    if (h.kind == 1 && (!g->buf1 || !g->buf2 || !g->buf1[i] || !g->buf2[i]))
+      return loom_set_error(LOOM_ERR_INTERNAL, "AdamW step: parameter %d has no state buffers", a->param_index[i]);
+    memset(&host[i], 0, sizeof host[i]);  /* padding too: the table is compared bytewise */
+    host[i].param = g->param[i];
+    host[i].grad = g->grad[i];
+    host[i].buf1 = g->buf1 ? g->buf1[i] : NULL;
+    host[i].buf2 = g->buf2 ? g->buf2[i] : NULL;
+    host[i].lowp = g->lowp ? g->lowp[i] : NULL;
+    host[i].numel = g->numel[i];
+    host[i].first_chunk = chunks;
+    host[i].pidx = a->param_index[i];
+    chunks += (g->numel[i] + LOOM_CU_OPT_CHUNK - 1) / LOOM_CU_OPT_CHUNK;
+  }
+  if (g->n == 0) return LOOM_OK;
+  void *dtab = NULL;
+  LOOM_TRY(loom_dev_table_sync(&s->table, dev, host, (size_t)g->n * sizeof *host, &dtab));
+  loom_cu_opt_dev d;
+  memset(&d, 0, sizeof d);
+  d.counts = s->counts;
+  d.n_params = s->n_params;
+  d.bc1 = s->bc;
+  d.bc2 = s->bc ? s->bc + s->bc_len : NULL;
+  d.bc_len = s->bc_len;
+  d.beta1 = s->beta1;
+  d.beta2 = s->beta2;
+  d.skip = a->skip;
+  LOOM_LAUNCH_CHECK(loom_cu_optim_step(dtab, g->n, chunks, h, d, c->stream));
+  return LOOM_OK;
+}
+
+loom_status loom_cuda_sgd_step(loom_device dev, const loom_param_group *g, const loom_sgd_hparams *hp,
+                               const loom_opt_cuda_args *a) {
+  loom_cu_opt_hparams h;
+  memset(&h, 0, sizeof h);
+  h.kind = 0;
+  h.lowp_bf16 = g->lowp_dtype == LOOM_BF16;
+  h.lr = hp->lr;
+  h.momentum = hp->momentum;
+  h.dampening = hp->dampening;
+  h.weight_decay = hp->weight_decay;
+  h.nesterov = hp->nesterov;
+  h.first_step = hp->first_step;
+  h.bias_correction1 = 1.0f;
+  h.bias_correction2 = 1.0f;
+  return optim_step(dev, g, h, a);
+}
+
+loom_status loom_cuda_adamw_step(loom_device dev, const loom_param_group *g, const loom_adamw_hparams *hp,
+                                 const loom_opt_cuda_args *a) {
+  loom_cu_opt_hparams h;
+  memset(&h, 0, sizeof h);
+  h.kind = 1;
+  h.lowp_bf16 = g->lowp_dtype == LOOM_BF16;
+  h.lr = hp->lr;
+  h.weight_decay = hp->weight_decay;
+  h.beta1 = hp->beta1;
+  h.beta2 = hp->beta2;
+  h.eps = hp->eps;
+  h.bias_correction1 = hp->bias_correction1;
+  h.bias_correction2 = hp->bias_correction2;
+  return optim_step(dev, g, h, a);
+}
+#endif

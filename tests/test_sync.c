@@ -1,0 +1,111 @@
+/* test_sync.c — a training step never makes the host wait for the device
+ * (issue 10): forward, cross-entropy, backward through the loss scaler, the
+ * scaler's unscale/check/step (mixed fp16, AdamW) and the plain SGD path
+ * are counted by loom's own sync counters (device/sync_stats.h: stream,
+ * device and event synchronizations, device-to-host read-backs, and
+ * cudaSetDevice calls) and must add none, on the CPU (where the counters
+ * are bumped by the same wrappers) and on a GPU (LOOM_TEST_DEVICE=cuda).
+ * The counters are shown to count: reading the loss afterwards is one
+ * read-back, a stream and a device synchronize are one each. On a GPU the
+ * step also re-uploads none of its kernel tables once warm. */
+#include <math.h>
+
+#include "device/sync_stats.h"
+#include "optim/optim_internal.h"
+#include "support/testkit.h"
+
+typedef struct cfg {
+  loom_precision prec;
+  bool adamw, scaler;
+} cfg;
+
+static int64_t kind_delta(const loom_sync_counts *a, const loom_sync_counts *b, loom_sync_kind k) {
+  return b->n[k] - a->n[k];
+}
+
+static void step_without_waits(loom_device dev, cfg c) {
+  loom_manual_seed(3);
+  int64_t hidden[2] = {64, 48};
+  loom_module *m = loom_mlp_new(32, 2, hidden, 10, dev);
+  cr_assert_not_null(m, "%s", loom_last_error());
+  cr_assert_eq(loom_module_set_precision(m, c.prec, true), LOOM_OK, "%s", loom_last_error());
+  int np = loom_module_num_params(m);
+  loom_tensor *ps[8];
+  for (int i = 0; i < np; i++) ps[i] = loom_module_param(m, i);
+  loom_optimizer *o = c.adamw ? loom_adamw_new(ps, np, NULL) : loom_sgd_new(ps, np, NULL);
+  cr_assert_not_null(o, "%s", loom_last_error());
+  loom_scaler_options so = loom_scaler_defaults();
+  so.init_scale = 1024;
+  so.enabled = c.scaler;
+  loom_grad_scaler *s = loom_scaler_new(&so);
+  cr_assert_not_null(s);
+  int64_t xs[2] = {16, 32}, n = 16;
+  loom_tensor *x = loom_randn(2, xs, LOOM_F32, dev);
+  int64_t labs[16];
+  for (int i = 0; i < 16; i++) labs[i] = i % 10;
+  loom_tensor *y = loom_from_host(labs, 1, &n, LOOM_I64, dev);
+  cr_assert(x && y, "%s", loom_last_error());
+
+  loom_tensor *loss = NULL;
+  loom_sync_counts before = {{0}}, after = {{0}};
+  int64_t uploads = -1;
+  for (int k = 0; k < 4; k++) {  /* three warm-up steps, then the measured one */
+    if (k == 3) {
+      before = loom_sync_counts_get();
+#ifdef LOOM_HAVE_CUDA
+      if (dev.kind == LOOM_CUDA) uploads = loom_cuda_opt_table_uploads(o->cuda);
+#endif
+    }
+    loom_scope_begin();
+    loom_tensor *l = loom_cross_entropy(loom_module_forward(m, x), y);
+    cr_assert_not_null(l, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_zero_grad(o), LOOM_OK);
+    cr_assert_eq(loom_backward(loom_scaler_scale(s, l)), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_scaler_step(s, o, NULL), LOOM_OK, "%s", loom_last_error());
+    if (k == 3) loss = loom_keep(l);
+    loom_scope_end();
+  }
+  after = loom_sync_counts_get();
+  cr_assert_eq(loom_sync_waits_between(&before, &after), 0,
+               "a %s step waited: %lld stream syncs, %lld device syncs, %lld event syncs, %lld read-backs",
+               loom_precision_name(c.prec), (long long)kind_delta(&before, &after, LOOM_SYNC_STREAM),
+               (long long)kind_delta(&before, &after, LOOM_SYNC_DEVICE),
+               (long long)kind_delta(&before, &after, LOOM_SYNC_EVENT), (long long)kind_delta(&before, &after, LOOM_SYNC_D2H));
+  cr_assert_eq(kind_delta(&before, &after, LOOM_SYNC_SET_DEVICE), 0, "cudaSetDevice inside a step");
+#ifdef LOOM_HAVE_CUDA
+  if (dev.kind == LOOM_CUDA)
+    cr_assert_eq(loom_cuda_opt_table_uploads(o->cuda), uploads, "the optimizer table was uploaded again");
+#endif
+  (void)uploads;
+
+  /* The counters count: one read-back, one stream and one device sync. */
+  double v = NAN;
+  cr_assert_eq(loom_item(loss, &v), LOOM_OK, "%s", loom_last_error());
+  cr_assert(isfinite(v) && v > 0, "loss %g", v);
+  loom_sync_counts later = loom_sync_counts_get();
+  cr_assert_eq(kind_delta(&after, &later, LOOM_SYNC_D2H), 1);
+  cr_assert_eq(loom_stream_synchronize(loom_stream_current(dev)), LOOM_OK);
+  cr_assert_eq(loom_device_synchronize(dev), LOOM_OK);
+  loom_sync_counts last = loom_sync_counts_get();
+  cr_assert_eq(kind_delta(&later, &last, LOOM_SYNC_STREAM), 1);
+  cr_assert_eq(kind_delta(&later, &last, LOOM_SYNC_DEVICE), 1);
+  /* And the host learns what happened when it asks (a read-back on a GPU). */
+  if (c.scaler) {
+    cr_assert_eq(loom_scaler_steps(s), 4);
+    cr_assert_eq(loom_scaler_steps_skipped(s), 0, "a clean step was skipped");
+  }
+  cr_assert_eq(loom_optimizer_steps(o), 4);
+  loom_scaler_free(s);
+  loom_optimizer_free(o);
+  loom_module_free(m);
+}
+
+DEVICE_TEST(sync, mixed_fp16_adamw_scaler_step_never_waits) {
+  step_without_waits(dev, (cfg){LOOM_PRECISION_MIXED_FP16, true, true});
+}
+
+DEVICE_TEST(sync, fp32_sgd_step_never_waits) { step_without_waits(dev, (cfg){LOOM_PRECISION_FP32, false, false}); }
+
+DEVICE_TEST(sync, bf16_adamw_without_scaling_never_waits) {
+  step_without_waits(dev, (cfg){LOOM_PRECISION_MIXED_BF16, true, false});
+}
