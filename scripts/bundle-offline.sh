@@ -8,6 +8,8 @@
 #                                  (ldd; glibc, libgcc_s and libstdc++ stay)
 #   DIR/lib/libz.so, libz.so.1     zlib to link against (the node has the
 #                                  runtime, maybe not the -dev link)
+#   DIR/include/jansson*.h,        jansson, for test_prof
+#   DIR/lib/libjansson.so{,.4}
 #   DIR/fashion-mnist/*.gz         the Fashion-MNIST IDX files
 #   DIR/MANIFEST.txt               what, from which package versions, sizes
 # Plain files only (no symlinks: each carries its own SONAME). Use it with
@@ -38,6 +40,12 @@ cp "$CRIT" "$DIR/lib/libcriterion.so.3"
 ZLIB=$(readlink -f "$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')")
 cp "$ZLIB" "$DIR/lib/libz.so.1"
 cp "$ZLIB" "$DIR/lib/libz.so"
+# jansson (test_prof parses Chrome traces with it).
+JANSSON=$(readlink -f "$(ldconfig -p | awk '/libjansson\.so\.4 .*x86-64/ {print $NF; exit}')")
+[ -f "$JANSSON" ] && [ -f /usr/include/jansson.h ] || { echo "bundle: jansson not found (libjansson-dev)" >&2; exit 1; }
+cp /usr/include/jansson.h /usr/include/jansson_config.h "$DIR/include/"
+cp "$JANSSON" "$DIR/lib/libjansson.so.4"
+cp "$JANSSON" "$DIR/lib/libjansson.so"
 
 # Criterion's dependencies, transitively (ldd lists them all), minus what
 # every glibc system has.
@@ -67,6 +75,7 @@ ver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
   echo "from loom commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
   echo "criterion: libcriterion-dev $(ver libcriterion-dev) ($CRIT)"
   echo "zlib: zlib1g-dev $(ver zlib1g-dev)"
+  echo "jansson: libjansson-dev $(ver libjansson-dev)"
   echo "criterion's bundled dependencies: ${deps[*]}"
   echo "fashion-mnist: dataset-fashion-mnist $(ver dataset-fashion-mnist)"
   echo "use: cmake -DCRITERION_ROOT=DIR -DZLIB_ROOT=DIR -DLOOM_FASHION_MNIST_DIR=DIR/fashion-mnist (scripts/gpu-suite.sh --deps DIR)"

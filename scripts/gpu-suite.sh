@@ -253,6 +253,9 @@ for prec in fp32 fp16 bf16; do
   step "mnist_$prec" --gpu --needs "$B/examples/loom-mnist" --timeout 240 -- \
     "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42 --quiet --precision $prec"
 done
+# The profiler with CUDA-event device time: its summary (in logs.txt) must show device slices.
+step mnist_profile --gpu --needs "$B/examples/loom-mnist" --timeout 180 -- \
+  "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42 --quiet --profile '$B/gpu-trace.json' --logdir '$B/gpu-logs'"
 
 # ---- compute-sanitizer (last: slow, and its time is hard to predict) ----------------------------------
 SAN_TESTS="test_ops_elementwise test_ops_reduce test_ops_loss test_ops_linalg test_nn_optim test_amp test_alloc_device test_loader test_sync test_cuda_paths"

@@ -7,6 +7,8 @@
 #      last, so the final summary is the whole suite's; it includes the
 #      Python package's pytest suite, run in a venv (system site packages +
 #      safetensors and ./python from pip).
+#   4. observability: TensorBoard reads loom-mnist's event file, the metrics
+#      plot is a real PNG (scripts/check-observability.sh).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
 set -euo pipefail
@@ -38,3 +40,6 @@ cmake --build "$OUT/plain" -j"$JOBS"
 LOOM_LIBRARY="$OUT/plain/lib/libloom.so" "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
   --no-deps --force-reinstall "$ROOT/python"
 (cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")
+
+echo "== observability: TensorBoard reads the event file; trace; metrics plot"
+"$ROOT/scripts/check-observability.sh" "$OUT/plain"

@@ -13,6 +13,7 @@
 #include "loom/data.h"
 #include "data/data_internal.h"
 #include "loom/tensor.h"
+#include "loom/prof.h"
 
 /* ---- fixtures ------------------------------------------------------------------ */
 enum { C = 3, H = 8, W = 8, PIX = C * H * W };
@@ -649,5 +650,41 @@ Test(loader_tensor, next_gives_zero_copy_batch_tensors) {
   cr_assert_not_null(x);
   loom_tensor_release(x);
   loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* The profiler records the workers' fills on their own threads while the
+ * consumer runs, and stop collects while they are still prefetching the next
+ * epoch (under TSan: per-thread buffers, thread names, stop's collection). */
+Test(loader, profiled_epoch_records_worker_fills, .timeout = 60) {
+  loom_dataset *ds = image_ds(120);
+  loom_loader_options o = aug_options(3, 4);
+  loom_profiler_options po;
+  loom_profiler_options_init(&po);
+  cr_assert_eq(loom_profiler_start(&po), LOOM_OK, "%s", loom_last_error());
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  int batches = 0;
+  for (;;) {
+    loom_scope_begin();
+    loom_tensor *x = NULL, *y = NULL;
+    cr_assert_eq(loom_loader_next(l, &x, &y), LOOM_OK, "%s", loom_last_error());
+    loom_scope_end();
+    if (!x) break;
+    batches++;
+  }
+  cr_assert_eq(loom_profiler_stop(), LOOM_OK, "%s", loom_last_error());
+  loom_loader_free(l);
+  loom_profiler_row rows[16];
+  int n = loom_profiler_summary_rows(rows, sizeof rows[0], 16);
+  cr_assert(n > 0 && n <= 16, "%d rows", n);
+  int64_t fills = 0, waits = 0;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(rows[i].name, "loader fill batch")) fills = rows[i].calls;
+    if (!strcmp(rows[i].name, "loader wait")) waits = rows[i].calls;
+  }
+  cr_assert_eq(batches, 12);
+  cr_assert_eq(waits, batches);
+  cr_assert_geq(fills, batches);  /* and maybe some of the next epoch */
   loom_dataset_free(ds);
 }

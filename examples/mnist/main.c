@@ -8,6 +8,7 @@
  *              [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]
  *              [--keep-last-fp32] [--quiet] [--save DIR [--save-every N] [--resume]]
  *              [--gpus all|N] [--scale-lr]
+ *              [--logdir DIR] [--profile FILE] [--batch auto] [--on-oom fail|shrink] [--offload-optimizer]
  *
  * --save DIR writes DIR/checkpoint.safetensors (the whole training state,
  * atomically) at the end and every N steps with --save-every; --resume
@@ -20,6 +21,9 @@
  * shard of every epoch; --scale-lr multiplies the LR by the world size (with
  * at least an epoch of warm-up). Rank 0 prints; the result line reports the
  * world size and the global samples/s.
+ *
+ * --logdir and --profile (examples/common/observe.h): metrics as CSV and a
+ * TensorBoard event file; a Chrome trace of a few steps after warm-up.
  *
  * LOOM_ALLOC_TRACE=path records the allocator trace (epoch markers at each
  * epoch's end) for bench_alloc_replay.
@@ -40,6 +44,8 @@
 
 #include <loom/data.h>
 #include <loom/loom.h>
+
+#include "../common/observe.h"
 
 #define MAX_HIDDEN 16
 
@@ -69,6 +75,7 @@ typedef struct options {
   int scale_lr;   /* --scale-lr */
   int on_oom_shrink;
   int offload_optimizer;
+  observe_opts obs;
 } options;
 
 static double now_s(void) {
@@ -92,6 +99,7 @@ static void usage(FILE *f) {
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
+  observe_usage(f);
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
@@ -110,6 +118,7 @@ static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.data = "/usr/share/datasets/fashion-mnist", .epochs = 10, .batch = 128, .lr = 1e-3,
                  .n_hidden = 2, .hidden = {1024, 1024}, .optimizer = "adamw", .device = "auto", .seed = 42,
                  .threads = 0, .workers = 2, .csv = NULL, .schedule = "cosine"};
+  observe_opts_default(&o->obs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -122,6 +131,9 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
     if (!strcmp(a, "--scale-lr")) { o->scale_lr = 1; continue; }
     if (!strcmp(a, "--offload-optimizer")) { o->offload_optimizer = 1; continue; }  /* AdamW state on the host */
+    int ob = observe_parse(&o->obs, argc, argv, &i, "loom-mnist");
+    if (ob < 0) return 0;
+    if (ob) continue;
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-mnist: %s needs a value\n", a);
       return 0;
@@ -507,6 +519,8 @@ static int train(options o, loom_comm *comm) {
     fprintf(csv, "epoch,train_loss,test_accuracy,samples_per_sec,epoch_seconds,data_wait_share\n");
   }
 
+  observe *obs = observe_open(&o.obs, dev, train, "loom-mnist");
+  if (!obs) return 1;
   int tty = isatty(STDOUT_FILENO);
   double train_seconds = 0, accuracy = 0, wait_share = 0;
   int64_t train_samples = 0, global_step = ckpt.step, micro = o.batch;
@@ -515,6 +529,7 @@ static int train(options o, loom_comm *comm) {
     double t0 = now_s(), loss_sum = 0, last_loss = 0;
     int64_t step = 0, epoch_samples = 0;
     for (;;) {
+      if (observe_step_begin(obs, global_step)) return 1;
       loom_scope_begin();
       loom_tensor *x, *y;
       if (loom_loader_next(train, &x, &y) != LOOM_OK) return fail("training loader");
@@ -524,19 +539,24 @@ static int train(options o, loom_comm *comm) {
       }
       int64_t b = loom_tensor_dim(x, 0);
       int64_t flat[2] = {b, in_features};
-      loom_optimizer_set_lr(opt, loom_lr_at(&sched, global_step));
-      loom_tensor *loss = NULL;
+      double lr = loom_lr_at(&sched, global_step);
+      loom_optimizer_set_lr(opt, lr);
+      loom_tensor *loss = NULL, *logits = NULL;
       if (o.on_oom_shrink) {  /* micro-batches, halved on OOM (library: loom_backward_micro_batches) */
         step_ctx sc = {model, loom_reshape(x, 2, flat), y, NULL, scaler, b};
         if (loom_backward_micro_batches(opt, micro_loss, &sc, b, &micro, true, dev) != LOOM_OK)
           return fail("training step");
         loss = sc.loss;
       } else {
-        loss = loom_cross_entropy(loom_module_forward(model, loom_reshape(x, 2, flat)), y);
+        logits = loom_module_forward(model, loom_reshape(x, 2, flat));
+        loss = loom_cross_entropy(logits, y);
         loom_optimizer_zero_grad(opt);
         if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
       }
       if (ddp && loom_ddp_sync(ddp) != LOOM_OK) return fail("gradient all-reduce");
+      /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
+      bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
+      double scale = logged ? loom_scaler_get_scale(scaler) : 0.0;  /* the scale this step used */
       if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
       step++;
       global_step++;
@@ -546,12 +566,20 @@ static int train(options o, loom_comm *comm) {
         if (loom_checkpoint_save(ckpt_path, &ckpt) != LOOM_OK) return fail("--save");
       }
       /* Reading the loss synchronizes with the device: do it sparingly. */
+      observe_step os = {.global_step = global_step - 1, .samples = b, .lr = lr, .loss_scale = scale, .logged = logged};
+      if (os.logged) {
+        int64_t c = 0;  /* micro-batched steps (--on-oom shrink) keep no logits: accuracy NaN */
+        if (loom_item(loss, &os.loss) != LOOM_OK || (logits && loom_count_correct(logits, y, &c) != LOOM_OK))
+          return fail("reading the step's metrics");
+        os.accuracy = logits ? (double)c / (double)b : NAN;
+      }
       if (step % 20 == 0 || step == steps_per_epoch) {
         if (loom_item(loss, &last_loss) != LOOM_OK) return fail("reading the loss");
         loss_sum += last_loss;
         progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
                  (double)epoch_samples / (now_s() - t0));
       }
+      if (observe_step_end(obs, &os)) return 1;
       loom_scope_end();
     }
     loom_device_synchronize(dev);
@@ -573,7 +601,11 @@ static int train(options o, loom_comm *comm) {
     if (csv)
       fprintf(csv, "%d,%.6f,%.6f,%.1f,%.3f,%.6f\n", epoch, mean_loss, accuracy, (double)epoch_samples / dt, dt,
               wait_share);
+    observe_epoch oe = {global_step, mean_loss, accuracy, (double)epoch_samples / dt, wait_share,
+                        loom_lr_at(&sched, global_step - 1), loom_scaler_get_scale(scaler)};
+    if (observe_epoch_end(obs, &oe)) return 1;
   }
+  if (observe_close(obs)) return 1;
   if (csv) fclose(csv);
   if (loom_loader_epoch(train) + 1 > o.epochs && train_seconds == 0 && evaluate(model, test, in_features, &accuracy))
     return 1;  /* resumed from a finished run: nothing trained, still report */

@@ -24,6 +24,8 @@
 #include "dist.h"
 #include "batch.h"
 #include "graph.h"
+#include "prof.h"
+#include "metrics.h"
 
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1

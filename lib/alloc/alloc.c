@@ -22,6 +22,7 @@
 #include "alloc/provider_fake.h"
 #include "device/device_internal.h"
 #include "device/graph_capture.h"
+#include "prof/prof.h"
 
 #define SLOT_CPU 0
 #define SLOT_PINNED 1
@@ -230,6 +231,7 @@ static loom_status create_locked(int slot) {
   loom_pool *p = NULL;
   LOOM_TRY(loom_pool_create(prov, &cfg, &p));
   atomic_store(&g_slots[slot].pool, p);
+  loom_prof_sites_request(slot, o->history > 0);  /* history on: blocks remember the op that made them */
   return LOOM_OK;
 }
 
@@ -269,7 +271,9 @@ static loom_status apply_locked(int slot) {
   if (slot != SLOT_PINNED && (o->expandable_segments != 0) != (loom_pool_expandable(p) != 0))
     return loom_set_error(LOOM_ERR_STATE, "%s: expandable_segments cannot change after the device's first allocation; "
                           "set LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
-  return loom_pool_set_controls(p, limit, o->max_split_size, o->gc_threshold, o->history);
+  loom_status st = loom_pool_set_controls(p, limit, o->max_split_size, o->gc_threshold, o->history);
+  if (st == LOOM_OK) loom_prof_sites_request(slot, o->history > 0);
+  return st;
 }
 
 static void copy_opts(loom_alloc_options *dst, const loom_alloc_options *src) {

@@ -19,6 +19,7 @@
 #include "alloc/ptrmap.h"
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
+#include "prof/prof.h"
 
 #ifdef LOOM_HAVE_CUDA
 
@@ -136,6 +137,11 @@ loom_status loom_async_malloc(loom_async *a, size_t n, loom_stream *s, void **ou
   bump(a->st.requested_bytes, (int64_t)n);
   bump(a->st.allocations, 1);
   a->st.num_allocs++;
+  if (LOOM_PROF_ACTIVE()) {  /* the profiler's memory timeline */
+    reserved_now(a);
+    loom_prof_alloc_event(a->name, "alloc", (uintptr_t)p, n, s, loom_prof_site(), a->st.allocated_bytes[0].current,
+                          a->st.reserved_bytes[0].current, a->st.active_bytes[0].current);
+  }
   pthread_mutex_unlock(&a->mu);
   *out = p;
   return LOOM_OK;
@@ -150,6 +156,11 @@ loom_status loom_async_free(loom_async *a, void *ptr) {
     bump(a->st.requested_bytes, -(int64_t)r->size);
     bump(a->st.allocations, -1);
     a->st.num_frees++;
+    if (LOOM_PROF_ACTIVE()) {
+      reserved_now(a);
+      loom_prof_alloc_event(a->name, "free", (uintptr_t)ptr, r->size, r->stream, NULL, a->st.allocated_bytes[0].current,
+                            a->st.reserved_bytes[0].current, a->st.active_bytes[0].current);
+    }
   }
   pthread_mutex_unlock(&a->mu);
   if (!r)

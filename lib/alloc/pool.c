@@ -48,7 +48,7 @@ static loom_status take_other_stream(loom_pool *p, int kind, loom_stream *s, siz
 
 static loom_status oom_fail(loom_pool *p, size_t n, size_t size, size_t seg_size, loom_stream *s) {
   p->st.num_ooms++;
-  history(p, H_OOM, 0, n, s);
+  history(p, H_OOM, 0, n, s, LOOM_PROF_ACTIVE() ? loom_prof_site() : NULL);
   size_t fr = 0, tot = 0;
   int have_info = p->prov->mem_info(p->prov->ctx, &fr, &tot) == LOOM_OK;
   size_t largest = 0;
@@ -211,7 +211,8 @@ loom_status loom_pool_malloc(loom_pool *p, size_t n, loom_stream *s, void **out)
   stat_add(p->st.allocations, k, 1);
   p->st.num_allocs++;
   b->trace_id = p->cfg.trace.alloc ? p->cfg.trace.alloc(p->cfg.trace.ud, n, s) : 0;
-  history(p, H_ALLOC, b->addr, b->size, s);
+  b->site = LOOM_PROF_ACTIVE() ? loom_prof_site() : NULL;
+  history(p, H_ALLOC, b->addr, b->size, s, b->site);
   unpoison(p, b->addr, n);
   *out = (void *)b->addr;
   pthread_mutex_unlock(&p->mu);
@@ -236,12 +237,17 @@ loom_status loom_pool_free(loom_pool *p, void *ptr) {
   stat_add(p->st.allocations, k, -1);
   p->st.num_frees++;
   if (b->trace_id && p->cfg.trace.free) p->cfg.trace.free(p->cfg.trace.ud, b->trace_id);
-  history(p, H_FREE, b->addr, b->size, b->stream);
   poison(p, b->addr, b->size);
   loom_status st = LOOM_OK;
+  uintptr_t addr = b->addr;
+  size_t bsize = b->size;
+  loom_stream *bs = b->stream;
+  const char *site = b->site;
   if (b->nuses == 0) {
     free_block(p, b);
+    history(p, H_FREE, addr, bsize, bs, site);  /* after active_bytes dropped */
   } else {
+    history(p, H_FREE, addr, bsize, bs, site);
     b->state = LOOM_BLOCK_PENDING;
     for (int i = 0; i < b->nuses; i++) {
       void *ev;

@@ -209,7 +209,7 @@ static loom_status map_into(loom_pool *p, block *best, size_t need, block **out)
   sg->mapped += need;
   stat_add(p->st.reserved_bytes, sg->kind, (int64_t)need);
   p->st.num_device_allocs++;
-  history(p, H_SEGMENT_ALLOC, best->addr, need, sg->stream);
+  history(p, H_SEGMENT_ALLOC, best->addr, need, sg->stream, NULL);
   poison(p, best->addr, need);
   block *m = merge_insert(p, best);
   free_remove(p, m);
@@ -274,7 +274,7 @@ static size_t unmap_block(loom_pool *p, block *b, size_t cap, loom_status *st, b
   sg->mapped -= hi - lo;
   stat_add(p->st.reserved_bytes, sg->kind, -(int64_t)(hi - lo));
   p->st.num_device_frees++;
-  history(p, H_SEGMENT_FREE, lo, hi - lo, sg->stream);
+  history(p, H_SEGMENT_FREE, lo, hi - lo, sg->stream, NULL);
   if (sg->mapped == 0 && may_release) {
     loom_status r = exp_release(p, sg);
     if (r != LOOM_OK && st && *st == LOOM_OK) *st = r;

@@ -32,6 +32,7 @@
 #include "alloc/pool.h"
 #include "alloc/ptrmap.h"
 #include "core/error.h"
+#include "prof/prof.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define LOOM_POOL_ASAN 1
@@ -71,6 +72,7 @@ struct block {
   uint32_t prio;
   uint64_t trace_id, free_tick;
   block *spare_next;
+  const char *site;    /* the op (or range) that allocated it, when sites are recorded */
 };
 
 typedef struct pending_ev { void *ev; int domain; block *b; } pending_ev;
@@ -83,6 +85,8 @@ typedef struct hist_entry {
   size_t size;
   loom_stream *stream;
   uint64_t seq;
+  int64_t ts_ns;       /* CLOCK_MONOTONIC, the profiler's clock */
+  const char *site;
 } hist_entry;
 
 struct loom_pool {
@@ -154,16 +158,13 @@ static inline const char *fmt_bytes(char *buf, size_t n, uint64_t v) {
   return buf;
 }
 
-static inline void history(loom_pool *p, int action, uintptr_t addr, size_t size, loom_stream *s) {
-  if (!p->hist || p->cfg.history <= 0) return;
-  hist_entry *h = &p->hist[p->hist_head];
-  h->action = action;
-  h->addr = addr;
-  h->size = size;
-  h->stream = s;
-  h->seq = ++p->hist_seq;
-  p->hist_head = (p->hist_head + 1) % p->cfg.history;
-  if (p->hist_len < p->cfg.history) p->hist_len++;
+/* The history ring entry and the profiler's allocator event (pool_stats.c).
+ * Called after the statistics changed, so the profiler's counter sample is
+ * exact at this instant; out of line so that with both off an allocation
+ * pays two predictable tests, not a call frame. */
+void loom_pool_history_record(loom_pool *p, int action, uintptr_t addr, size_t size, loom_stream *s, const char *site);
+static inline void history(loom_pool *p, int action, uintptr_t addr, size_t size, loom_stream *s, const char *site) {
+  if (LOOM_PROF_ACTIVE() || p->hist) loom_pool_history_record(p, action, addr, size, s, site);
 }
 
 static inline int is_split(const block *b) { return b->prev != NULL || b->next != NULL; }

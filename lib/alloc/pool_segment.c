@@ -130,7 +130,7 @@ loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block 
   stat_add(p->st.segments, kind, 1);
   p->st.num_device_allocs++;
   poison(p, sg->base, n);
-  history(p, H_SEGMENT_ALLOC, sg->base, n, s);
+  history(p, H_SEGMENT_ALLOC, sg->base, n, s, NULL);
   *out = b;
   return LOOM_OK;
 }
@@ -147,7 +147,7 @@ loom_status release_segment(loom_pool *p, block *b) {
   stat_add(p->st.reserved_bytes, sg->kind, -(int64_t)sg->size);
   stat_add(p->st.segments, sg->kind, -1);
   p->st.num_device_frees++;
-  history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream);
+  history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream, NULL);
   block_recycle(p, b);
   free(sg);
   return st;
@@ -281,8 +281,12 @@ void process_events_locked(loom_pool *p) {
     put_event(p, p->pend[i].ev, p->pend[i].domain);
     p->pend[i] = p->pend[--p->npend];
     if (--b->event_count == 0) {
-      history(p, H_FREE_COMPLETED, b->addr, b->size, b->stream);
+      uintptr_t addr = b->addr;
+      size_t size = b->size;
+      loom_stream *bs = b->stream;
+      const char *site = b->site;
       free_block(p, b);
+      history(p, H_FREE_COMPLETED, addr, size, bs, site);
     }
   }
 }

@@ -6,6 +6,25 @@
 
 static const char *const hist_names[] = {"alloc", "free", "free_completed", "segment_alloc", "segment_free", "oom"};
 
+__attribute__((noinline)) void loom_pool_history_record(loom_pool *p, int action, uintptr_t addr, size_t size,
+                                                        loom_stream *s, const char *site) {
+  int64_t ts = 0;
+  if (LOOM_PROF_ACTIVE())
+    ts = loom_prof_alloc_event(p->cfg.name, hist_names[action], addr, size, s, site, p->st.allocated_bytes[0].current,
+                               p->st.reserved_bytes[0].current, p->st.active_bytes[0].current);
+  if (!p->hist || p->cfg.history <= 0) return;
+  hist_entry *h = &p->hist[p->hist_head];
+  h->ts_ns = ts ? ts : loom_prof_now_ns();
+  h->site = site;
+  h->action = action;
+  h->addr = addr;
+  h->size = size;
+  h->stream = s;
+  h->seq = ++p->hist_seq;
+  p->hist_head = (p->hist_head + 1) % p->cfg.history;
+  if (p->hist_len < p->cfg.history) p->hist_len++;
+}
+
 /* ---- statistics ------------------------------------------------------------ */
 
 static void fill_stats(loom_pool *p, loom_memory_stats *s) {
@@ -65,6 +84,21 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     b->s = ns;
     b->cap = nc;
   }
+}
+
+/* A JSON string (null for NULL); sites are op names and user range names. */
+static void sb_json_str(sbuf *b, const char *s) {
+  if (!s) {
+    sb_printf(b, "null");
+    return;
+  }
+  sb_printf(b, "\"");
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') sb_printf(b, "\\%c", *c);
+    else if (*c < 0x20) sb_printf(b, "\\u%04x", *c);
+    else sb_printf(b, "%c", *c);
+  }
+  sb_printf(b, "\"");
 }
 
 static char *sb_finish(sbuf *b) {
@@ -163,19 +197,24 @@ char *loom_pool_snapshot_json(loom_pool *p) {
               ",\"blocks\":[",
               i ? "," : "", sg->base, sg->size, sg->mapped, sg->expandable ? "true" : "false",
               sg->kind == LOOM_POOL_SMALL ? "small" : "large", (uintptr_t)sg->stream);
-    for (block *x = sg->head; x; x = x->next)
-      sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\"}",
-                x == sg->head ? "" : ",", x->addr, x->size,
-                x->state == LOOM_BLOCK_FREE || x->state == LOOM_BLOCK_UNMAPPED ? (size_t)0 : x->requested,
-                state_name(x->state));
+    for (block *x = sg->head; x; x = x->next) {
+      int unused = x->state == LOOM_BLOCK_FREE || x->state == LOOM_BLOCK_UNMAPPED;
+      sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\",\"site\":",
+                x == sg->head ? "" : ",", x->addr, x->size, unused ? (size_t)0 : x->requested, state_name(x->state));
+      sb_json_str(&b, unused ? NULL : x->site);
+      sb_printf(&b, "}");
+    }
     sb_printf(&b, "]}");
   }
   sb_printf(&b, "],\"history\":[");
   for (int i = 0; i < p->hist_len; i++) {
     int idx = (p->hist_head - p->hist_len + i + p->cfg.history) % p->cfg.history;
     hist_entry *h = &p->hist[idx];
-    sb_printf(&b, "%s{\"seq\":%" PRIu64 ",\"action\":\"%s\",\"address\":%" PRIuPTR ",\"size\":%zu,\"stream\":%" PRIuPTR "}",
-              i ? "," : "", h->seq, hist_names[h->action], h->addr, h->size, (uintptr_t)h->stream);
+    sb_printf(&b, "%s{\"seq\":%" PRIu64 ",\"ts_ns\":%" PRId64 ",\"action\":\"%s\",\"address\":%" PRIuPTR
+              ",\"size\":%zu,\"stream\":%" PRIuPTR ",\"site\":",
+              i ? "," : "", h->seq, h->ts_ns, hist_names[h->action], h->addr, h->size, (uintptr_t)h->stream);
+    sb_json_str(&b, h->site);
+    sb_printf(&b, "}");
   }
   sb_printf(&b, "]}");
   pthread_mutex_unlock(&p->mu);

@@ -20,6 +20,7 @@
 #include "amp/amp_internal.h"
 #include "loom/ops.h"
 #include "optim/optim_internal.h"
+#include "prof/prof.h"
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
@@ -216,7 +217,7 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
   return loom_mul_scalar(loss, s->scale);
 }
 
-static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
+static loom_status unscale_run(loom_grad_scaler *s, loom_optimizer *o) {
 #ifdef LOOM_HAVE_CUDA
   if (o->device.kind == LOOM_CUDA && loom_device_is_real_cuda(o->device)) {
     /* Scale and verdict stay on the device (found_inf is not known here). */
@@ -236,6 +237,15 @@ static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
   s->found_inf = inf;
   s->unscaled_for = o;
   return LOOM_OK;
+}
+
+/* In a profiler / NVTX range (device-timed on the optimizer's device). */
+static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin_device(&pr, LOOM_PROF_CAT_AMP, "unscale + inf check", o->device);
+  loom_status st = unscale_run(s, o);
+  loom_prof_end(&pr, 0.0, 0);
+  return st;
 }
 
 loom_status loom_scaler_unscale(loom_grad_scaler *s, loom_optimizer *o, bool *found_inf) {

@@ -6,6 +6,7 @@
 
 #include "autograd/node.h"
 #include "loom/autograd.h"
+#include "prof/prof.h"
 
 static _Thread_local int tl_grad_disabled;
 
@@ -220,7 +221,10 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
     loom_tensor *gx[LOOM_OP_MAX_IN] = {0};
     n->gy_exclusive = exclusive(gy);
     loom_scope_begin();
+    loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+    if (LOOM_PROF_ACTIVE()) loom_prof_begin(&pr, LOOM_PROF_CAT_BACKWARD, loom_prof_backward_name(n->custom ? "custom" : loom_op_get(n->op)->name), NULL);
     st = n->custom ? n->custom->backward(n, gy, gx) : loom_op_get(n->op)->backward(n, gy, gx);
+    loom_prof_end(&pr, 0.0, 0);
     for (int k = 0; k < LOOM_OP_MAX_IN && st == LOOM_OK; k++) {
       if (n->needs_grad[k] && !gx[k]) {
         st = loom_last_status() != LOOM_OK ? loom_last_status()
@@ -308,7 +312,11 @@ loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out) {
                           "backward: the tensor does not require grad (no input of the ops that made it requires grad, "
                           "or it was made under no-grad)");
   }
-  return run_backward(out, grad_out);
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin(&pr, LOOM_PROF_CAT_BACKWARD, "backward", NULL);
+  loom_status st = run_backward(out, grad_out);
+  loom_prof_end(&pr, 0.0, 0);
+  return st;
 }
 
 loom_status loom_backward(loom_tensor *loss) {

@@ -35,6 +35,7 @@
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
+#include "prof/prof.h"
 
 enum { SLOT_EMPTY = 0, SLOT_READY = 1, SLOT_ERROR = 2 };
 
@@ -234,6 +235,8 @@ static loom_status fill(loom_loader *l, worker *w, loom_batch_buf *buf, int64_t 
     cudaStream_t cs = (cudaStream_t)loom_stream_native(l->copy_stream);
     loom_status st = LOOM_OK;
     pthread_mutex_lock(&l->copy_mu);
+    loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+    if (LOOM_PROF_ACTIVE()) loom_prof_begin(&pr, LOOM_PROF_CAT_H2D, "H2D batch copy", l->copy_stream);
     cudaError_t e = cudaSuccess;
     /* Do not overwrite the device block while compute may still read it. */
     if (buf->compute_recorded) e = cudaStreamWaitEvent(cs, buf->compute_done, 0);
@@ -241,6 +244,7 @@ static loom_status fill(loom_loader *l, worker *w, loom_batch_buf *buf, int64_t 
     if (e == cudaSuccess && ds->has_y)
       e = cudaMemcpyAsync(buf->dev + l->y_off, buf->host + l->y_off, (size_t)n * l->yo, cudaMemcpyHostToDevice, cs);
     if (e == cudaSuccess) e = cudaEventRecord(buf->copy_done, cs);
+    loom_prof_end(&pr, 0.0, (int64_t)((size_t)n * (l->xo + l->yo)));
     pthread_mutex_unlock(&l->copy_mu);
     if (e != cudaSuccess) st = loom_cuda_error(e, "loader: host-to-device batch copy", __FILE__, __LINE__);
     LOOM_TRY(st);
@@ -260,8 +264,11 @@ static void claim_and_fill(loom_loader *l, worker *w) {
   pthread_mutex_unlock(&l->mu);
 
   loom_status st = LOOM_OK;
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin(&pr, LOOM_PROF_CAT_LOADER, "loader fill batch", NULL);
   if (!buf) st = buf_new(l, &buf);
   if (st == LOOM_OK) st = fill(l, w, buf, b);
+  loom_prof_end(&pr, 0.0, 0);
 
   pthread_mutex_lock(&l->mu);
   slot *s = &l->ring[b % l->o.prefetch];
@@ -288,6 +295,9 @@ static bool can_claim(const loom_loader *l) {
 static void *worker_main(void *arg) {
   worker *w = arg;
   loom_loader *l = w->l;
+  char name[32];
+  snprintf(name, sizeof name, "loader worker %d", w->id);
+  loom_prof_thread_name(name);
   pthread_mutex_lock(&l->mu);
   for (;;) {
     while (!l->stopping && !can_claim(l)) pthread_cond_wait(&l->work_cv, &l->mu);
@@ -489,12 +499,15 @@ loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holder
   int64_t b = l->next_deliver;
   slot *s = &l->ring[b % l->o.prefetch];
   double t0 = now_s();
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin(&pr, LOOM_PROF_CAT_LOADER, "loader wait", NULL);
   if (l->nworkers == 0) {
     /* Inline: the consumer is the worker. Its time counts as data wait. */
     if (s->state == SLOT_EMPTY) claim_and_fill(l, &l->self);
   } else {
     while (s->state == SLOT_EMPTY) pthread_cond_wait(&l->ready_cv, &l->mu);
   }
+  loom_prof_end(&pr, 0.0, 0);
   l->wait_s += now_s() - t0;
   if (s->state == SLOT_ERROR) {
     l->sticky = s->err;

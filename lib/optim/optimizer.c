@@ -12,6 +12,7 @@
 #endif
 #include "loom/optim.h"
 #include "optim/optim_internal.h"
+#include "prof/prof.h"
 
 loom_sgd_options loom_sgd_defaults(void) {
   loom_sgd_options o = {sizeof(loom_sgd_options), 0.01, 0.0, 0.0, 0.0, false};
@@ -337,9 +338,7 @@ static loom_status step_by_count(loom_optimizer *o, loom_param_group *g, const i
   return st;
 }
 
-loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) {
-  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
-  if (o->offload_inner) return loom_offload_optimizer_step(o, skip);
+static loom_status optimizer_step(loom_optimizer *o, const int32_t *skip) {
   bool on_gpu = o->device.kind == LOOM_CUDA;
   if (skip && !on_gpu) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer_step: a device skip flag on the CPU");
   int *idx = o->scratch.idx;
@@ -381,6 +380,18 @@ loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) 
     }
     if (!skip) o->steps++;
   }
+  return st;
+}
+
+/* The step in a profiler / NVTX range (device-timed on the optimizer's device). */
+loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
+  if (o->offload_inner) return loom_offload_optimizer_step(o, skip);
+  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+  if (LOOM_PROF_ACTIVE())
+    loom_prof_begin_device(&pr, LOOM_PROF_CAT_OPTIMIZER, o->kind == LOOM_OPTIM_SGD ? "sgd step" : "adamw step", o->device);
+  loom_status st = optimizer_step(o, skip);
+  loom_prof_end(&pr, 0.0, 0);
   return st;
 }
 
