@@ -175,6 +175,41 @@ static loom_comm *single_comm(void) {
   return c;
 }
 
+/* Collective calls appear in the profiler's summary (category "collective")
+ * with their call counts. */
+Test(dist_single, collectives_are_profiled) {
+  loom_comm *c = single_comm();
+  loom_profiler_options po;
+  loom_profiler_options_init(&po);
+  cr_assert_eq(loom_profiler_start(&po), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *t = loom_zeros(1, (int64_t[]){3}, LOOM_F32, loom_cpu());
+  loom_tensor *out = loom_zeros(1, (int64_t[]){3}, LOOM_F32, loom_cpu());
+  for (int k = 0; k < 2; k++) cr_assert_eq(loom_comm_all_reduce(c, t, LOOM_REDUCE_SUM), LOOM_OK);
+  cr_assert_eq(loom_comm_broadcast(c, t, 0), LOOM_OK);
+  cr_assert_eq(loom_comm_all_gather(c, t, out), LOOM_OK);
+  cr_assert_eq(loom_comm_barrier(c), LOOM_OK);
+  cr_assert_eq(loom_comm_wait(c), LOOM_OK);
+  loom_scope_end();
+  cr_assert_eq(loom_profiler_stop(), LOOM_OK, "%s", loom_last_error());
+  loom_profiler_row rows[64];
+  int n = loom_profiler_summary_rows(rows, sizeof rows[0], 64);
+  cr_assert(n > 0 && n <= 64, "%d rows", n);
+  const char *names[] = {"all_reduce", "broadcast", "all_gather", "barrier"};
+  const int64_t calls[] = {2, 1, 1, 1};
+  for (int k = 0; k < 4; k++) {
+    int found = 0;
+    for (int r = 0; r < n; r++)
+      if (!strcmp(rows[r].name, names[k]) && !strcmp(rows[r].category, "collective")) {
+        found = 1;
+        cr_assert_eq(rows[r].calls, calls[k], "%s: %lld calls", names[k], (long long)rows[r].calls);
+      }
+    cr_assert(found, "no collective row for %s", names[k]);
+  }
+  loom_comm_free(c);
+  tk_leak_check();
+}
+
 Test(dist_single, collectives_are_local) {
   loom_comm *c = single_comm();
   cr_assert_eq(loom_comm_get_backend(c), LOOM_COMM_SINGLE);

@@ -26,6 +26,8 @@
 #include <loom/data.h>
 #include <loom/loom.h>
 
+#include "../common/observe.h"
+
 typedef struct options {
   const char *data, *model, *device, *schedule, *csv;
   int epochs, threads, workers, quiet, memory_stats, augment;
@@ -36,6 +38,7 @@ typedef struct options {
   int format; /* loom_memory_format, or -1: auto (NHWC, the faster one on CPU and GPU) */
   loom_resnet_shortcut shortcut;
   int64_t syn[3]; /* --synthetic C, H, W (0: off) */
+  observe_opts obs; /* --logdir, --profile (examples/common/observe.h) */
 } options;
 
 static double now_s(void) {
@@ -58,6 +61,7 @@ static void usage(FILE *f) {
           "momentum 0.9, lr 0.1 (one-cycle peak), weight decay 5e-4 on conv/fc weights, random crop (pad 2 for\n"
           "28x28, 4 for 32x32) + horizontal flip, fp32, seed 42, 2 loader workers; --format auto is NHWC (channels-last):\n"
           "cuDNN's tensor-core layout, and 13-18%% faster than NCHW for ResNet-20 on the 2-core CPU.\n");
+  observe_usage(f);
 }
 
 static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
@@ -87,8 +91,12 @@ static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.data = "/usr/share/datasets/fashion-mnist", .model = "resnet20", .device = "auto",
                  .schedule = "onecycle", .epochs = 30, .workers = 2, .augment = 1, .batch = 128, .warmup = 5,
                  .lr = 0.1, .wd = 5e-4, .seed = 42, .format = -1, .shortcut = LOOM_SHORTCUT_ZERO_PAD};
+  observe_opts_default(&o->obs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int ob = observe_parse(&o->obs, argc, argv, &i, "loom-resnet");
+    if (ob < 0) return 0;
+    if (ob) continue;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       exit(0);
@@ -261,8 +269,10 @@ typedef struct trainer {
 
 /* One step: forward, loss, backward (scaled), optimizer step. Returns the
  * loss tensor (in the open scope) or NULL. */
-static loom_tensor *train_step(trainer *t, loom_tensor *x, loom_tensor *y) {
-  loom_tensor *loss = loom_cross_entropy(loom_module_forward(t->model, as_images(x)), y);
+static loom_tensor *train_step(trainer *t, loom_tensor *x, loom_tensor *y, loom_tensor **logits) {
+  loom_tensor *out = loom_module_forward(t->model, as_images(x));
+  if (logits) *logits = out;
+  loom_tensor *loss = loom_cross_entropy(out, y);
   if (!loss) return NULL;
   if (loom_optimizer_zero_grad(t->opt) != LOOM_OK) return NULL;
   if (loom_backward(loom_scaler_scale(t->scaler, loss)) != LOOM_OK) return NULL;
@@ -331,7 +341,7 @@ static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_dev
       t0 = now_s();
     }
     loom_scope_begin();
-    loom_tensor *l = train_step(t, x, y);
+    loom_tensor *l = train_step(t, x, y, NULL);
     if (!l) return fail("training step");
     if (s + 1 == o->warmup + o->steps && loom_item(l, &loss) != LOOM_OK) return fail("reading the loss");
     loom_scope_end();
@@ -482,6 +492,11 @@ int main(int argc, char **argv) {
     }
     fprintf(csv, "epoch,train_loss,test_accuracy,samples_per_sec,epoch_seconds,data_wait_share\n");
   }
+  observe *obs = observe_open(&o.obs, dev, train, "loom-resnet");
+  if (!obs) {
+    rc = 1;
+    goto done;
+  }
   int tty = isatty(STDOUT_FILENO);
   double train_seconds = 0, accuracy = 0, wait_share = 0;
   int64_t train_samples = 0, global_step = 0;
@@ -501,8 +516,18 @@ int main(int argc, char **argv) {
         loom_scope_end();
         break;
       }
-      loom_optimizer_set_lr(t.opt, loom_lr_at(&sched, global_step));
-      loom_tensor *loss = train_step(&t, x, y);
+      if (observe_step_begin(obs, global_step)) {
+        loom_scope_end();
+        rc = 1;
+        break;
+      }
+      double lr = loom_lr_at(&sched, global_step);
+      loom_optimizer_set_lr(t.opt, lr);
+      /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
+      bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
+      double scale = logged ? loom_scaler_get_scale(t.scaler) : 0.0;  /* the scale this step uses */
+      loom_tensor *logits = NULL;
+      loom_tensor *loss = train_step(&t, x, y, &logits);
       if (!loss) {
         loom_scope_end();
         rc = fail("training step");
@@ -510,6 +535,15 @@ int main(int argc, char **argv) {
       }
       step++, global_step++;
       epoch_samples += loom_tensor_dim(x, 0);
+      observe_step os = {.global_step = global_step - 1, .samples = loom_tensor_dim(x, 0), .lr = lr,
+                         .loss_scale = scale, .logged = logged};
+      if (logged) {
+        int64_t c = 0;
+        if (loom_item(loss, &os.loss) != LOOM_OK || loom_count_correct(logits, y, &c) != LOOM_OK)
+          rc = fail("reading the step's metrics");
+        os.accuracy = (double)c / (double)os.samples;
+      }
+      if (!rc && observe_step_end(obs, &os)) rc = 1;
       /* Reading the loss synchronizes with the device: do it sparingly. */
       if (step % 10 == 0 || step == steps_per_epoch) {
         if (loom_item(loss, &last_loss) != LOOM_OK) rc = fail("reading the loss");
@@ -540,7 +574,11 @@ int main(int argc, char **argv) {
               wait_share);
       fflush(csv);
     }
+    observe_epoch oe = {global_step, mean_loss, accuracy, (double)epoch_samples / dt, wait_share,
+                        loom_lr_at(&sched, global_step - 1), loom_scaler_get_scale(t.scaler)};
+    if (observe_epoch_end(obs, &oe)) rc = 1;
   }
+  if (observe_close(obs)) rc = 1;
   if (csv) fclose(csv);
   if (!rc) {
     if (o.memory_stats) {

@@ -10,6 +10,7 @@
 
 #include "device/device_internal.h"
 #include "dist/dist_internal.h"
+#include "prof/prof.h"
 
 /* ---- failure state ------------------------------------------------------------ */
 
@@ -394,6 +395,21 @@ double loom_comm_get_timeout(const loom_comm *c) { return c ? c->timeout_s : 0.0
 
 /* ---- collectives: shared checks ------------------------------------------------- */
 
+/* The profiler's range around a collective call (host track: the call
+ * enqueues the collective on the communication thread or stream). */
+static int64_t tensor_bytes(const loom_tensor *t) {
+  return loom_shape_numel(t->ndim, t->shape) * (int64_t)loom_dtype_size(t->dtype);
+}
+#define PROF_COLLECTIVE(name, bytes, call)                                      \
+  do {                                                                          \
+    if (!LOOM_PROF_ACTIVE()) return (call);                                     \
+    loom_prof_range pr_ = LOOM_PROF_RANGE_INIT;                                 \
+    loom_prof_begin(&pr_, LOOM_PROF_CAT_COLLECTIVE, name, NULL);                \
+    loom_status st_ = (call);                                                   \
+    loom_prof_end(&pr_, 0.0, (bytes));                                          \
+    return st_;                                                                 \
+  } while (0)
+
 static loom_status check_comm(loom_comm *c, const char *what) {
   if (!c) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: communicator is NULL", what);
   return loom_comm_failed_error(c, what);
@@ -421,7 +437,7 @@ loom_status loom_comm_all_reduce_timed(loom_comm *c, loom_tensor *t, loom_reduce
   if (op != LOOM_REDUCE_SUM && op != LOOM_REDUCE_AVG && op != LOOM_REDUCE_MAX)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "all_reduce: unknown op %d; use LOOM_REDUCE_SUM, AVG or MAX", (int)op);
   if (times) times->start = times->end = 0;
-  return c->ops->all_reduce(c, t, op, times);
+  PROF_COLLECTIVE("all_reduce", tensor_bytes(t), c->ops->all_reduce(c, t, op, times));
 }
 
 loom_status loom_comm_all_reduce(loom_comm *c, loom_tensor *t, loom_reduce_op op) {
@@ -433,7 +449,7 @@ loom_status loom_comm_broadcast(loom_comm *c, loom_tensor *t, int root) {
   LOOM_TRY(check_tensor(c, t, "broadcast", "input"));
   if (root < 0 || root >= c->size)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "broadcast: root %d is not a rank (world size %d)", root, c->size);
-  return c->ops->broadcast(c, t, root);
+  PROF_COLLECTIVE("broadcast", tensor_bytes(t), c->ops->broadcast(c, t, root));
 }
 
 loom_status loom_comm_all_gather(loom_comm *c, loom_tensor *in, loom_tensor *out) {
@@ -450,12 +466,12 @@ loom_status loom_comm_all_gather(loom_comm *c, loom_tensor *in, loom_tensor *out
                           (long long)m, c->size, (long long)n, (long long)(n * c->size));
   if (loom_tensor_ptr(in) == loom_tensor_ptr(out) && c->size > 1)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "all_gather: input and output must not be the same memory");
-  return c->ops->all_gather(c, in, out);
+  PROF_COLLECTIVE("all_gather", tensor_bytes(out), c->ops->all_gather(c, in, out));
 }
 
 loom_status loom_comm_barrier(loom_comm *c) {
   LOOM_TRY(check_comm(c, "barrier"));
-  return c->ops->barrier(c);
+  PROF_COLLECTIVE("barrier", 0, c->ops->barrier(c));
 }
 
 loom_status loom_comm_wait(loom_comm *c) {
