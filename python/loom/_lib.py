@@ -56,7 +56,8 @@ class AdamwOptions(C.Structure):
 
 class LrSchedule(C.Structure):
     _fields_ = [("size", C.c_uint32), ("kind", C.c_int32), ("base_lr", C.c_double), ("warmup_steps", C.c_int64),
-                ("step_size", C.c_int64), ("gamma", C.c_double), ("total_steps", C.c_int64), ("min_lr", C.c_double)]
+                ("step_size", C.c_int64), ("gamma", C.c_double), ("total_steps", C.c_int64), ("min_lr", C.c_double),
+                ("div_factor", C.c_double), ("final_div_factor", C.c_double)]
 
 
 class ScalerOptions(C.Structure):
@@ -236,6 +237,7 @@ _SIGNATURES = {
     "loom_lr_constant": (LrSchedule, [C.c_double]),
     "loom_lr_step": (LrSchedule, [C.c_double, C.c_int64, C.c_double]),
     "loom_lr_cosine": (LrSchedule, [C.c_double, C.c_int64, C.c_int64, C.c_double]),
+    "loom_lr_one_cycle": (LrSchedule, [C.c_double, C.c_int64, C.c_int64, C.c_double, C.c_double]),
     "loom_lr_at": (C.c_double, [C.POINTER(LrSchedule), C.c_int64]),
     # amp.h
     "loom_precision_parse": (ST, [C.c_char_p, C.POINTER(C.c_int)]),

@@ -78,3 +78,8 @@ def step_lr(lr, step_size, gamma):
 
 def cosine(lr, warmup_steps, total_steps, min_lr=0.0):
     return Schedule(lib.loom_lr_cosine(lr, warmup_steps, total_steps, min_lr))
+
+
+def one_cycle(max_lr, warmup_steps, total_steps, div_factor=25.0, final_div_factor=1e4):
+    """PyTorch's OneCycleLR (anneal_strategy='cos') with pct_start = warmup_steps / total_steps."""
+    return Schedule(lib.loom_lr_one_cycle(max_lr, warmup_steps, total_steps, div_factor, final_div_factor))

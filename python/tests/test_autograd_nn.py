@@ -99,3 +99,17 @@ def test_mixed_precision_with_the_loss_scaler(no_leak):
     other = loom.amp.GradScaler()
     other.load_state_dict(st)
     assert other.get_scale() == scaler.get_scale()
+
+
+def test_one_cycle_matches_torch():
+    torch = pytest.importorskip("torch")
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.4)
+    ref = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.4, total_steps=50, pct_start=0.3,
+                                              anneal_strategy="cos", cycle_momentum=False,
+                                              div_factor=25.0, final_div_factor=1e4)
+    sched = loom.optim.one_cycle(0.4, 15, 50)
+    for step in range(50):
+        assert sched(step) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9, abs=1e-12), step
+        opt.step()
+        ref.step()
