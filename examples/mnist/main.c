@@ -13,7 +13,8 @@
  * --save DIR writes DIR/checkpoint.safetensors (the whole training state,
  * atomically) at the end and every N steps with --save-every; --resume
  * continues from it when it exists (bit-identical to an uninterrupted run on
- * the CPU with the same flags and thread count).
+ * the CPU with the same flags and thread count). Under data parallelism
+ * every rank restores the file and rank 0 writes it (examples/common/session.h).
  *
  * Data parallel (lib/dist): under `mpirun -np N loom-mnist ...` each process
  * is one rank (CPU: MPI; GPU: NCCL, one GPU per rank); --gpus all|N drives N
@@ -35,7 +36,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +46,7 @@
 #include <loom/loom.h>
 
 #include "../common/observe.h"
+#include "../common/session.h"
 
 #define MAX_HIDDEN 16
 
@@ -475,28 +476,16 @@ static int train(options o, loom_comm *comm) {
                                ? loom_lr_cosine(o.lr, steps_per_epoch / 2, steps_per_epoch * o.epochs, 0.0)
                                : loom_lr_constant(o.lr);
   if (o.scale_lr) sched = loom_lr_scale_for_world(sched, world, steps_per_epoch);
-  if ((o.save_dir || o.on_oom_shrink) && world > 1) {
-    fprintf(stderr, "loom-mnist: %s is not supported with data parallelism yet (world size %d)\n",
-            o.save_dir ? "--save/--resume" : "--on-oom shrink", world);
+  if (o.on_oom_shrink && world > 1) {
+    fprintf(stderr, "loom-mnist: --on-oom shrink is not supported with data parallelism yet (world size %d)\n", world);
     return 1;
   }
   /* Checkpoints: one call saves and one restores everything that evolves. */
   loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = opt, .scaler = scaler, .loader = train,
                            .schedule = &sched};
-  char ckpt_path[4096] = "";
-  if (o.save_dir) {
-    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.safetensors", o.save_dir);
-    if (mkdir(o.save_dir, 0777) != 0 && errno != EEXIST) {
-      fprintf(stderr, "loom-mnist: cannot create --save %s: %s\n", o.save_dir, strerror(errno));
-      return 1;
-    }
-    if (o.resume && access(ckpt_path, F_OK) == 0) {
-      if (loom_checkpoint_restore(ckpt_path, &ckpt) != LOOM_OK) return fail("--resume");
-      if (!o.quiet) printf("resumed from %s at step %lld\n", ckpt_path, (long long)ckpt.step);
-    } else if (o.resume && !o.quiet) {
-      printf("no checkpoint in %s yet: starting from step 0\n", o.save_dir);
-    }
-  }
+  /* Every rank restores the same file; rank 0 writes it (session.h). */
+  session_ckpt saver;
+  if (session_ckpt_open(&saver, "loom-mnist", o.save_dir, o.save_every, o.resume, rank, o.quiet, &ckpt)) return 1;
   if (!o.quiet) {
     printf("model: %s", loom_module_name(model));
     for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
@@ -561,10 +550,7 @@ static int train(options o, loom_comm *comm) {
       step++;
       global_step++;
       epoch_samples += b * world;  /* every rank steps on an equal shard */
-      if (o.save_every && global_step % o.save_every == 0) {
-        ckpt.step = global_step;
-        if (loom_checkpoint_save(ckpt_path, &ckpt) != LOOM_OK) return fail("--save");
-      }
+      if (session_ckpt_step(&saver, &ckpt, global_step, 0, o.quiet)) return 1;
       /* Reading the loss synchronizes with the device: do it sparingly. */
       observe_step os = {.global_step = global_step - 1, .samples = b, .lr = lr, .loss_scale = scale, .logged = logged};
       if (os.logged) {
@@ -609,11 +595,7 @@ static int train(options o, loom_comm *comm) {
   if (csv) fclose(csv);
   if (loom_loader_epoch(train) + 1 > o.epochs && train_seconds == 0 && evaluate(model, test, in_features, &accuracy))
     return 1;  /* resumed from a finished run: nothing trained, still report */
-  if (o.save_dir) {
-    ckpt.step = global_step;
-    if (loom_checkpoint_save(ckpt_path, &ckpt) != LOOM_OK) return fail("--save");
-    if (!o.quiet) printf("saved %s at step %lld\n", ckpt_path, (long long)global_step);
-  }
+  if (session_ckpt_step(&saver, &ckpt, global_step, 1, o.quiet)) return 1;
   if (o.memory_stats) {
     char *summary = loom_memory_summary(dev);
     if (summary) printf("%s", summary);
@@ -644,19 +626,8 @@ static loom_status train_replica(loom_comm *comm, void *user) {
   return train(*(const options *)user, comm) ? LOOM_ERR_STATE : LOOM_OK;
 }
 
-/* OpenMP workers that spin-wait between parallel regions take the cores
- * other processes need (other ranks, other jobs): measured 772 vs 10.9k
- * samples/s (spinning vs passive) at a load of 10 on 2 cores. libgomp reads
- * its wait policy once, before main, so set it and re-exec once, unless
- * the user chose a policy (OMP_WAIT_POLICY=ACTIVE restores spinning). */
-static void passive_openmp(char **argv) {
-  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  /* returns only if it failed: go on as we are */
-}
-
 int main(int argc, char **argv) {
-  passive_openmp(argv);
+  session_passive_openmp(argv);
   options o;
   if (!parse_args(argc, argv, &o)) return 2;
   if (o.threads > 0) loom_set_num_threads(o.threads);

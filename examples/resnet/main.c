@@ -14,6 +14,24 @@
  *               [--seed S] [--threads T] [--workers W] [--shortcut A|B] [--no-augment]
  *               [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]
  *               [--synthetic CxHxW --steps N [--warmup N]]
+ *               [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]
+ *               [--logdir DIR] [--profile FILE]
+ *
+ * --save DIR writes DIR/checkpoint.safetensors (parameters, SGD momentum,
+ * BN statistics, loss scaler, loader position, RNG, step; atomically) at the
+ * end and every N steps with --save-every; --resume continues from it when it
+ * exists, bit-identically on the CPU with the same flags and thread count.
+ * --max-steps N stops after global step N (evaluating and saving there), for
+ * time-boxed jobs: the schedule still follows --epochs, so a later --resume
+ * with the same flags continues the same run.
+ *
+ * Data parallel (lib/dist), as loom-mnist: under `mpirun -np N loom-resnet`
+ * each process is one rank (CPU: MPI; GPU: NCCL); --gpus all|N drives N local
+ * GPUs from one process. --batch is per rank, each rank trains on its shard
+ * of every epoch, gradients are averaged during backward (loom_ddp), BN
+ * statistics are taken from rank 0 before each evaluation (PyTorch DDP's
+ * broadcast_buffers), --scale-lr multiplies the LR by the world size.
+ * Rank 0 prints; the result line reports the world size and global samples/s.
  */
 #include <errno.h>
 #include <math.h>
@@ -27,10 +45,16 @@
 #include <loom/loom.h>
 
 #include "../common/observe.h"
+#include "../common/session.h"
 
 typedef struct options {
   const char *data, *model, *device, *schedule, *csv;
   int epochs, threads, workers, quiet, memory_stats, augment;
+  const char *save_dir; /* --save DIR */
+  int64_t save_every;   /* --save-every N */
+  int64_t max_steps;    /* --max-steps N: stop after global step N (0: run every epoch) */
+  int resume, scale_lr;
+  int gpus;             /* --gpus: 0 none, -1 all, N */
   int64_t batch, train_limit, test_limit, steps, warmup;
   double lr, wd;
   uint64_t seed;
@@ -55,12 +79,18 @@ static void usage(FILE *f) {
           "                   [--seed S] [--threads T] [--workers W] [--shortcut A|B] [--no-augment]\n"
           "                   [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]\n"
           "                   [--synthetic CxHxW --steps N [--warmup N]]\n"
+          "                   [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]\n"
           "Trains a ResNet on DIR: CIFAR-10 binary batches when it holds data_batch_*.bin, IDX files\n"
           "(Fashion-MNIST, MNIST) otherwise (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: resnet20 (option-A shortcut for CIFAR-style nets), 30 epochs, batch 128, SGD Nesterov\n"
           "momentum 0.9, lr 0.1 (one-cycle peak), weight decay 5e-4 on conv/fc weights, random crop (pad 2 for\n"
           "28x28, 4 for 32x32) + horizontal flip, fp32, seed 42, 2 loader workers; --format auto is NHWC (channels-last):\n"
-          "cuDNN's tensor-core layout, and 13-18%% faster than NCHW for ResNet-20 on the 2-core CPU.\n");
+          "cuDNN's tensor-core layout, and 13-18%% faster than NCHW for ResNet-20 on the 2-core CPU.\n"
+          "--save DIR keeps DIR/checkpoint.safetensors (at the end, and every N steps with --save-every);\n"
+          "--resume continues from it; --max-steps N stops after step N (the schedule still spans --epochs).\n"
+          "Data parallel: run under mpirun -np N (one rank per process), or\n"
+          "--gpus all|N for N local GPUs in one process; --batch is per rank, --scale-lr scales the LR\n"
+          "by the world size.\n");
   observe_usage(f);
 }
 
@@ -104,6 +134,8 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(a, "--memory-stats")) { o->memory_stats = 1; continue; }
     if (!strcmp(a, "--no-augment")) { o->augment = 0; continue; }
+    if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
+    if (!strcmp(a, "--scale-lr")) { o->scale_lr = 1; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-resnet: %s needs a value\n", a);
       return 0;
@@ -114,6 +146,14 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--model")) o->model = v;
     else if (!strcmp(a, "--device")) o->device = v;
     else if (!strcmp(a, "--csv")) o->csv = v;
+    else if (!strcmp(a, "--save")) o->save_dir = v;
+    else if (!strcmp(a, "--save-every")) { if (!parse_i64(a, v, 1, &n)) return 0; o->save_every = n; }
+    else if (!strcmp(a, "--max-steps")) { if (!parse_i64(a, v, 1, &n)) return 0; o->max_steps = n; }
+    else if (!strcmp(a, "--gpus")) {
+      if (!strcmp(v, "all")) o->gpus = -1;
+      else if (!parse_i64(a, v, 1, &n)) return 0;
+      else o->gpus = (int)n;
+    }
     else if (!strcmp(a, "--epochs")) { if (!parse_i64(a, v, 1, &n)) return 0; o->epochs = (int)n; }
     else if (!strcmp(a, "--batch")) { if (!parse_i64(a, v, 1, &n)) return 0; o->batch = n; }
     else if (!strcmp(a, "--seed")) { if (!parse_i64(a, v, 0, &n)) return 0; o->seed = (uint64_t)n; }
@@ -162,6 +202,14 @@ static int parse_args(int argc, char **argv, options *o) {
       usage(stderr);
       return 0;
     }
+  }
+  if ((o->resume || o->save_every) && !o->save_dir) {
+    fprintf(stderr, "loom-resnet: --resume and --save-every need --save DIR\n");
+    return 0;
+  }
+  if (o->syn[0] && o->save_dir) {
+    fprintf(stderr, "loom-resnet: --synthetic times steps on random data: --save does not apply\n");
+    return 0;
   }
   if (o->syn[0] && !o->steps) {
     fprintf(stderr, "loom-resnet: --synthetic needs --steps N\n");
@@ -265,6 +313,7 @@ typedef struct trainer {
   loom_module *model;
   loom_optimizer *opt;
   loom_grad_scaler *scaler;
+  loom_ddp *ddp; /* or NULL: one rank */
 } trainer;
 
 /* One step: forward, loss, backward (scaled), optimizer step. Returns the
@@ -276,6 +325,7 @@ static loom_tensor *train_step(trainer *t, loom_tensor *x, loom_tensor *y, loom_
   if (!loss) return NULL;
   if (loom_optimizer_zero_grad(t->opt) != LOOM_OK) return NULL;
   if (loom_backward(loom_scaler_scale(t->scaler, loss)) != LOOM_OK) return NULL;
+  if (t->ddp && loom_ddp_sync(t->ddp) != LOOM_OK) return NULL; /* the last bucket's average */
   if (loom_scaler_step(t->scaler, t->opt, NULL) != LOOM_OK) return NULL;
   return loss;
 }
@@ -323,8 +373,10 @@ static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, in
 }
 
 /* --synthetic: warm-up steps, then `steps` timed ones on one random batch
- * (generated once, as timm's benchmark does, so data costs nothing). */
-static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_device dev, const char *devname) {
+ * (generated once, as timm's benchmark does, so data costs nothing). Every
+ * rank times the same steps; rank 0 reports the global rate. */
+static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_device dev, const char *devname,
+                         int rank, int world) {
   int64_t xs[4] = {o->batch, o->syn[0], o->syn[1], o->syn[2]}, n = o->batch;
   int64_t *lab = malloc((size_t)n * sizeof *lab);
   if (!lab) return fprintf(stderr, "loom-resnet: out of memory\n"), 1;
@@ -348,33 +400,102 @@ static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_dev
   }
   if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
   double dt = now_s() - t0;
+  if (rank != 0) return 0;
   if (o->memory_stats) {
     char *summary = loom_memory_summary(dev);
     if (summary) printf("%s", summary);
     free(summary);
   }
   printf("result model=%s synthetic=%lldx%lldx%lld batch=%lld steps=%lld samples_per_sec=%.1f step_ms=%.2f device=%s "
-         "precision=%s format=%s threads=%d loss=%.4f\n",
+         "precision=%s format=%s threads=%d loss=%.4f world_size=%d\n",
          o->model, (long long)o->syn[0], (long long)o->syn[1], (long long)o->syn[2], (long long)o->batch,
-         (long long)o->steps, (double)(o->batch * o->steps) / dt, 1e3 * dt / (double)o->steps, devname,
+         (long long)o->steps, (double)(o->batch * o->steps * world) / dt, 1e3 * dt / (double)o->steps, devname,
          loom_precision_name(o->precision), o->format == LOOM_FORMAT_NHWC ? "nhwc" : "nchw", loom_get_num_threads(),
-         loss);
+         loss, world);
   return 0;
 }
 
-static int synthetic(const options *o, trainer *t, int64_t classes, loom_device dev, const char *devname) {
+static int synthetic(const options *o, trainer *t, int64_t classes, loom_device dev, const char *devname, int rank,
+                     int world) {
   loom_scope_begin(); /* the batch dies with it */
-  int rc = synthetic_run(o, t, classes, dev, devname);
+  int rc = synthetic_run(o, t, classes, dev, devname, rank, world);
   loom_scope_end();
   return rc;
 }
 
-int main(int argc, char **argv) {
-  options o;
-  if (!parse_args(argc, argv, &o)) return 2;
-  if (o.threads > 0) loom_set_num_threads(o.threads);
-  loom_device dev;
-  if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
+/* The training and test loaders (NULL, NULL with --synthetic). Sets the
+ * model's input channels and *cifar. Returns 0, or 1 after printing why. */
+static int open_data(const options *o, loom_device dev, int rank, int world, loom_loader **train, loom_loader **test,
+                     int64_t *in_channels, int *cifar) {
+  *cifar = is_cifar_dir(o->data);
+  loom_dataset *train_ds = *cifar ? open_cifar(o->data, 1) : open_idx(o->data, "train");
+  if (!train_ds) return loom_last_status() ? fail("training data") : 1;
+  loom_dataset *test_ds = *cifar ? open_cifar(o->data, 0) : open_idx(o->data, "t10k");
+  if (!test_ds) {
+    loom_dataset_free(train_ds);
+    return loom_last_status() ? fail("test data") : 1;
+  }
+  train_ds = limit_dataset(train_ds, o->train_limit);
+  test_ds = limit_dataset(test_ds, o->test_limit);
+  loom_dtype xd;
+  int nd = 0, rc = 0;
+  int64_t xs[LOOM_MAX_DIMS];
+  if (!train_ds || !test_ds) rc = fail("limiting the dataset");
+  else if (loom_dataset_x_info(train_ds, &xd, &nd, xs) != LOOM_OK) rc = fail("dataset");
+  else if (nd != 2 && nd != 3) {
+    fprintf(stderr, "loom-resnet: samples must be images ([H,W] or [C,H,W]); these have %d dims\n", nd);
+    rc = 1;
+  } else if (*cifar && xs[0] != 3) {
+    fprintf(stderr, "loom-resnet: CIFAR samples must have 3 channels\n");
+    rc = 1;
+  }
+  if (!rc) {
+    *in_channels = nd == 3 ? xs[0] : 1;
+    int64_t height = xs[nd - 2];
+    /* Per-channel statistics after scaling to [0, 1]. */
+    static const float fm_mean[1] = {0.2860f}, fm_std[1] = {0.3530f};
+    static const float c_mean[3] = {0.4914f, 0.4822f, 0.4465f}, c_std[3] = {0.2470f, 0.2435f, 0.2616f};
+    loom_loader_options lo = loom_loader_options_default();
+    lo.batch_size = o->batch;
+    lo.shuffle = true;
+    lo.seed = o->seed;
+    lo.drop_last = true;
+    lo.workers = o->workers;
+    lo.prefetch = 4;
+    lo.device = dev;
+    lo.scale = 1.0f / 255.0f;
+    lo.mean = *cifar ? c_mean : fm_mean;
+    lo.std = *cifar ? c_std : fm_std;
+    lo.norm_channels = *cifar ? 3 : 1;
+    lo.rank = rank; /* each rank its shard of the epoch */
+    lo.world_size = world;
+    /* The loader writes samples in the model's layout (1-channel images are both). */
+    lo.channels_last = nd == 3 && o->format == LOOM_FORMAT_NHWC;
+    if (o->augment) {
+      lo.crop_padding = height >= 32 ? 4 : 2;
+      lo.hflip = true;
+    }
+    *train = loom_loader_new(train_ds, &lo);
+    lo.shuffle = false;
+    lo.drop_last = false;
+    lo.crop_padding = 0;
+    lo.hflip = false;
+    lo.batch_size = 500;
+    lo.rank = 0; /* every rank evaluates the whole test set (the models are identical) */
+    lo.world_size = 1;
+    *test = loom_loader_new(test_ds, &lo);
+    if (!*train || !*test) rc = fail("loader");
+  }
+  loom_dataset_free(train_ds);
+  loom_dataset_free(test_ds);
+  return rc;
+}
+
+/* One replica's training (lib/dist runs it once per rank of this process). */
+static int train(options o, loom_comm *comm) {
+  loom_device dev = loom_comm_device(comm);
+  int rank = loom_comm_rank(comm), world = loom_comm_size(comm);
+  if (rank != 0) o.quiet = 1; /* rank 0 prints */
   char devname[32];
   loom_device_str(dev, devname, sizeof devname);
   if (!strcmp(o.device, "auto") && dev.kind == LOOM_CPU && !o.quiet)
@@ -389,68 +510,19 @@ int main(int argc, char **argv) {
   /* --synthetic: the architecture's usual classes (10 CIFAR-style, 1000 ImageNet-style). */
   int64_t in_channels = o.syn[0] ? o.syn[0] : 1, num_classes = o.syn[0] ? loom_resnet_defaults(arch).num_classes : 10;
   int cifar = 0;
-  if (!o.syn[0]) {
-    cifar = is_cifar_dir(o.data);
-    loom_dataset *train_ds = cifar ? open_cifar(o.data, 1) : open_idx(o.data, "train");
-    if (!train_ds) return loom_last_status() ? fail("training data") : 1;
-    loom_dataset *test_ds = cifar ? open_cifar(o.data, 0) : open_idx(o.data, "t10k");
-    if (!test_ds) return loom_last_status() ? fail("test data") : 1;
-    train_ds = limit_dataset(train_ds, o.train_limit);
-    test_ds = limit_dataset(test_ds, o.test_limit);
-    if (!train_ds || !test_ds) return fail("limiting the dataset");
-    loom_dtype xd;
-    int nd;
-    int64_t xs[LOOM_MAX_DIMS];
-    if (loom_dataset_x_info(train_ds, &xd, &nd, xs) != LOOM_OK) return fail("dataset");
-    if (nd != 2 && nd != 3) {
-      fprintf(stderr, "loom-resnet: samples must be images ([H,W] or [C,H,W]); these have %d dims\n", nd);
-      return 1;
-    }
-    in_channels = nd == 3 ? xs[0] : 1;
-    int64_t height = xs[nd - 2];
-    /* Per-channel statistics after scaling to [0, 1]. */
-    static const float fm_mean[1] = {0.2860f}, fm_std[1] = {0.3530f};
-    static const float c_mean[3] = {0.4914f, 0.4822f, 0.4465f}, c_std[3] = {0.2470f, 0.2435f, 0.2616f};
-    loom_loader_options lo = loom_loader_options_default();
-    lo.batch_size = o.batch;
-    lo.shuffle = true;
-    lo.seed = o.seed;
-    lo.drop_last = true;
-    lo.workers = o.workers;
-    lo.prefetch = 4;
-    lo.device = dev;
-    lo.scale = 1.0f / 255.0f;
-    lo.mean = cifar ? c_mean : fm_mean;
-    lo.std = cifar ? c_std : fm_std;
-    lo.norm_channels = cifar ? 3 : 1;
-    if (cifar && in_channels != 3) return fprintf(stderr, "loom-resnet: CIFAR samples must have 3 channels\n"), 1;
-    /* The loader writes samples in the model's layout (1-channel images are both). */
-    lo.channels_last = nd == 3 && o.format == LOOM_FORMAT_NHWC;
-    if (o.augment) {
-      lo.crop_padding = height >= 32 ? 4 : 2;
-      lo.hflip = true;
-    }
-    train = loom_loader_new(train_ds, &lo);
-    lo.shuffle = false;
-    lo.drop_last = false;
-    lo.crop_padding = 0;
-    lo.hflip = false;
-    lo.batch_size = 500;
-    test = loom_loader_new(test_ds, &lo);
-    loom_dataset_free(train_ds);
-    loom_dataset_free(test_ds);
-    if (!train || !test) return fail("loader");
+  if (!o.syn[0] && open_data(&o, dev, rank, world, &train, &test, &in_channels, &cifar)) {
+    loom_loader_free(train);
+    loom_loader_free(test);
+    return 1;
   }
 
+  int rc = 0;
   loom_resnet_options ro = loom_resnet_defaults(arch);
   ro.in_channels = in_channels;
   ro.num_classes = num_classes;
   ro.shortcut = o.shortcut;
   ro.memory_format = o.format;
   loom_module *model = loom_resnet_new(arch, &ro, dev);
-  if (!model) return fail("model");
-  if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(model, o.precision, true) != LOOM_OK)
-    return fail("--precision");
   loom_scaler_options sco = loom_scaler_defaults();
   sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16; /* bf16 has f32's range */
   loom_sgd_options so = loom_sgd_defaults();
@@ -458,19 +530,31 @@ int main(int argc, char **argv) {
   so.momentum = 0.9;
   so.nesterov = true;
   so.weight_decay = o.wd;
-  trainer t = {model, loom_sgd_new_for_module(model, &so), loom_scaler_new(&sco)};
-  if (!t.opt) return fail("optimizer");
-  if (!t.scaler) return fail("loss scaler");
+  trainer t = {model, NULL, loom_scaler_new(&sco), NULL};
+  if (!model) rc = fail("model");
+  else if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(model, o.precision, true) != LOOM_OK)
+    rc = fail("--precision");
+  else if (!(t.opt = loom_sgd_new_for_module(model, &so))) rc = fail("optimizer");
+  else if (!t.scaler) rc = fail("loss scaler");
+  /* Data parallel: rank 0's weights and BN statistics everywhere, gradients
+   * averaged during backward. One rank: no DDP (its buckets would only add copies). */
+  else if (world > 1 &&
+           (!(t.ddp = loom_ddp_new(model, comm, NULL)) || loom_ddp_attach_scaler(t.ddp, t.scaler) != LOOM_OK))
+    rc = fail("data parallel");
+  if (rc) goto done;
 
-  if (!o.quiet)
+  if (!o.quiet) {
     printf("model: %s (%lld parameters), %s, %s\ndevice: %s, %d threads, cpu gemm %s, SGD nesterov lr %g wd %g "
            "(not on BN/bias), batch %lld\n",
            loom_module_name(model), (long long)loom_module_num_param_elements(model),
            o.format == LOOM_FORMAT_NHWC ? "channels-last" : "NCHW", loom_precision_name(o.precision), devname,
            loom_get_num_threads(), loom_cpu_gemm_name(), o.lr, o.wd, (long long)o.batch);
-  int rc = 0;
+    if (world > 1)
+      printf("data parallel: %d ranks (%s), global batch %lld\n", world,
+             loom_comm_backend_name(loom_comm_get_backend(comm)), (long long)(o.batch * world));
+  }
   if (o.syn[0]) {
-    rc = synthetic(&o, &t, num_classes, dev, devname);
+    rc = synthetic(&o, &t, num_classes, dev, devname, rank, world);
     goto done;
   }
 
@@ -479,11 +563,20 @@ int main(int argc, char **argv) {
                            : !strcmp(o.schedule, "cosine") ? loom_lr_cosine(o.lr, steps_per_epoch, total, 0.0)
                            : !strcmp(o.schedule, "step")   ? loom_lr_step(o.lr, total / 3 > 0 ? total / 3 : 1, 0.1)
                                                            : loom_lr_constant(o.lr);
+  if (o.scale_lr) sched = loom_lr_scale_for_world(sched, world, steps_per_epoch);
   if (!o.quiet)
     printf("data: %s (%s), %lld training steps/epoch, schedule %s, augmentation %s\n", o.data,
            cifar ? "CIFAR-10 binary" : "IDX", (long long)steps_per_epoch, o.schedule, o.augment ? "crop+flip" : "off");
+
+  /* Checkpoints: every rank restores the same file, rank 0 writes it. */
+  loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = t.opt, .scaler = t.scaler,
+                           .loader = train, .schedule = &sched};
+  session_ckpt saver;
+  if ((rc = session_ckpt_open(&saver, "loom-resnet", o.save_dir, o.save_every, o.resume, rank, o.quiet, &ckpt)))
+    goto done;
+
   FILE *csv = NULL;
-  if (o.csv) {
+  if (o.csv && rank == 0) {
     csv = fopen(o.csv, "w");
     if (!csv) {
       fprintf(stderr, "loom-resnet: cannot write --csv %s: %s\n", o.csv, strerror(errno));
@@ -494,16 +587,20 @@ int main(int argc, char **argv) {
   }
   observe *obs = observe_open(&o.obs, dev, train, "loom-resnet");
   if (!obs) {
+    if (csv) fclose(csv);
     rc = 1;
     goto done;
   }
   int tty = isatty(STDOUT_FILENO);
   double train_seconds = 0, accuracy = 0, wait_share = 0;
-  int64_t train_samples = 0, global_step = 0;
-  for (int epoch = 1; epoch <= o.epochs && !rc; epoch++) {
+  int64_t train_samples = 0, global_step = ckpt.step;
+  int stopped = 0; /* --max-steps reached */
+  for (int epoch = (int)loom_loader_epoch(train) + 1; epoch <= o.epochs && !rc && !stopped; epoch++) {
     loom_loader_stats_reset(train);
     double t0 = now_s(), loss_sum = 0, last_loss = 0;
-    int64_t step = 0, epoch_samples = 0, reads = 0;
+    /* A resumed epoch starts where the checkpoint left it. */
+    int64_t step = global_step - (int64_t)(epoch - 1) * steps_per_epoch, epoch_samples = 0, reads = 0;
+    if (step < 0 || step > steps_per_epoch) step = 0;
     for (;;) {
       loom_scope_begin();
       loom_tensor *x, *y;
@@ -525,7 +622,7 @@ int main(int argc, char **argv) {
       loom_optimizer_set_lr(t.opt, lr);
       /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
       bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
-      double scale = logged ? loom_scaler_get_scale(t.scaler) : 0.0;  /* the scale this step uses */
+      double scale = logged ? loom_scaler_get_scale(t.scaler) : 0.0; /* the scale this step uses */
       loom_tensor *logits = NULL;
       loom_tensor *loss = train_step(&t, x, y, &logits);
       if (!loss) {
@@ -534,7 +631,7 @@ int main(int argc, char **argv) {
         break;
       }
       step++, global_step++;
-      epoch_samples += loom_tensor_dim(x, 0);
+      epoch_samples += loom_tensor_dim(x, 0) * world; /* every rank steps on an equal shard */
       observe_step os = {.global_step = global_step - 1, .samples = loom_tensor_dim(x, 0), .lr = lr,
                          .loss_scale = scale, .logged = logged};
       if (logged) {
@@ -544,8 +641,9 @@ int main(int argc, char **argv) {
         os.accuracy = (double)c / (double)os.samples;
       }
       if (!rc && observe_step_end(obs, &os)) rc = 1;
+      if (!rc && session_ckpt_step(&saver, &ckpt, global_step, 0, o.quiet)) rc = 1;
       /* Reading the loss synchronizes with the device: do it sparingly. */
-      if (step % 10 == 0 || step == steps_per_epoch) {
+      if (!rc && (step % 10 == 0 || step == steps_per_epoch)) {
         if (loom_item(loss, &last_loss) != LOOM_OK) rc = fail("reading the loss");
         loss_sum += last_loss, reads++;
         progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
@@ -553,6 +651,10 @@ int main(int argc, char **argv) {
       }
       loom_scope_end();
       if (rc) break;
+      if (o.max_steps && global_step >= o.max_steps) {
+        stopped = 1;
+        break;
+      }
     }
     if (rc) break;
     loom_device_synchronize(dev);
@@ -562,9 +664,17 @@ int main(int argc, char **argv) {
     wait_share = st.wait_fraction;
     train_seconds += dt;
     train_samples += epoch_samples;
+    /* Each rank's BN statistics saw only its shard: evaluate (and save) rank 0's. */
+    if (t.ddp && loom_ddp_broadcast_buffers(t.ddp) != LOOM_OK) {
+      rc = fail("broadcasting BN statistics");
+      break;
+    }
     if ((rc = evaluate(model, test, &accuracy))) break;
     double mean_loss = reads ? loss_sum / (double)reads : last_loss;
     if (tty && !o.quiet) printf("\n");
+    if (stopped && !o.quiet)
+      printf("stopped at step %lld by --max-steps (step %lld of epoch %d)\n", (long long)global_step, (long long)step,
+             epoch);
     if (!o.quiet)
       printf("epoch %d/%d: train loss %.4f, test accuracy %.2f%%, %.1f samples/s, %.1f s, data wait %.2f%%\n", epoch,
              o.epochs, mean_loss, 100.0 * accuracy, (double)epoch_samples / dt, dt, 100.0 * wait_share);
@@ -580,7 +690,10 @@ int main(int argc, char **argv) {
   }
   if (observe_close(obs)) rc = 1;
   if (csv) fclose(csv);
-  if (!rc) {
+  /* Resumed from a finished run: nothing trained, still report. */
+  if (!rc && train_seconds == 0 && (rc = evaluate(model, test, &accuracy))) goto done;
+  if (!rc) rc = session_ckpt_step(&saver, &ckpt, global_step, 1, o.quiet);
+  if (!rc && rank == 0) {
     if (o.memory_stats) {
       char *summary = loom_memory_summary(dev);
       if (summary) printf("%s", summary);
@@ -591,16 +704,43 @@ int main(int argc, char **argv) {
       printf("mixed precision: loss scale %g, %lld of %lld steps skipped\n", loom_scaler_get_scale(t.scaler),
              (long long)loom_scaler_steps_skipped(t.scaler), (long long)global_step);
     printf("result test_accuracy=%.4f samples_per_sec=%.1f model=%s epochs=%d device=%s train_seconds=%.1f "
-           "data_wait_share=%.4f precision=%s format=%s loss_scale=%g skipped_steps=%lld\n",
+           "data_wait_share=%.4f precision=%s format=%s loss_scale=%g skipped_steps=%lld world_size=%d\n",
            accuracy, train_seconds > 0 ? (double)train_samples / train_seconds : 0.0, o.model, o.epochs, devname,
            train_seconds, wait_share, loom_precision_name(o.precision), o.format == LOOM_FORMAT_NHWC ? "nhwc" : "nchw",
-           loom_scaler_get_scale(t.scaler), (long long)loom_scaler_steps_skipped(t.scaler));
+           loom_scaler_get_scale(t.scaler), (long long)loom_scaler_steps_skipped(t.scaler), world);
   }
 done:
+  loom_ddp_free(t.ddp);
   loom_scaler_free(t.scaler);
   loom_optimizer_free(t.opt);
   loom_module_free(model);
   loom_loader_free(train);
   loom_loader_free(test);
   return rc;
+}
+
+static loom_status train_replica(loom_comm *comm, void *user) {
+  return train(*(const options *)user, comm) ? LOOM_ERR_STATE : LOOM_OK;
+}
+
+int main(int argc, char **argv) {
+  session_passive_openmp(argv);
+  options o;
+  if (!parse_args(argc, argv, &o)) return 2;
+  if (o.threads > 0) loom_set_num_threads(o.threads);
+  loom_device dev;
+  if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
+  /* Unlaunched: a world of one. Under mpirun/srun: one rank per process (a
+   * GPU each, by local rank, unless --device names one). --gpus: one
+   * process, one replica per local GPU. */
+  loom_dist_run_options ro = loom_dist_run_defaults();
+  ro.gpus = o.gpus;
+  ro.comm.device = dev;
+  loom_dist_env env = {.size = sizeof env};
+  if (loom_dist_env_get(&env) == LOOM_OK && env.world_size > 1 && dev.kind == LOOM_CUDA && !strchr(o.device, ':'))
+    ro.comm.device.index = -1;
+  loom_status st = loom_dist_run(&ro, train_replica, &o);
+  if (st != LOOM_OK && st != LOOM_ERR_STATE) return fail("data parallel");
+  if (loom_dist_finalize() != LOOM_OK && st == LOOM_OK) return fail("finalizing MPI");
+  return st == LOOM_OK ? 0 : 1;
 }
