@@ -7,7 +7,14 @@ the same run.
 Both sides write 16 f32 tensors of 64 MiB (by default):
   save       loom_safetensors_save (atomic: temp, fsync, rename, dir fsync)
              vs safetensors.torch.save_file + fsync of the file (the same
-             durability; save_file alone, without fsync, is printed too);
+             durability; save_file alone, without fsync, is printed too),
+             to a new name;
+  save_replace  the same again over the file just saved (a trainer's
+             periodic checkpoint: loom renames over it, torch truncates it);
+  Between rounds and before each side's saves, unlinked files are
+  committed with sync(): with online discard (ext4 -o discard), freeing a
+  durable 1 GiB file TRIMs its blocks inside the next journal commit, and
+  the previous phase's unlink must not be paid by the next timed fsync.
   load_warm  open + every tensor + one byte per 4 KiB page touched, the file
              in the page cache (loom: zero-copy views of a private map);
   load_cold  the same after posix_fadvise(DONTNEED) evicted the file.
@@ -81,12 +88,14 @@ def main():
         save_file(tensors, path)
         record("torch", "save_nofsync", time.perf_counter() - t0, r)
         os.unlink(path)
-        t0 = time.perf_counter()
-        save_file(tensors, path)
-        fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-        record("torch", "save", time.perf_counter() - t0, r)
+        os.sync()  # nothing of the previous step in the next timed fsync
+        for op in ("save", "save_replace"):  # a new file, then over it (in place: save_file truncates)
+            t0 = time.perf_counter()
+            save_file(tensors, path)
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            record("torch", op, time.perf_counter() - t0, r)
         for cold in (False, True):
             if cold:
                 evict(path)
@@ -96,13 +105,14 @@ def main():
             record("torch", "load_cold" if cold else "load_warm", time.perf_counter() - t0, r)
             del d
         os.unlink(path)
+        os.sync()
 
     med = {k: statistics.median(v) for k, v in results.items()}
     gib = a.mib / 1024
-    for op in ("save", "load_warm", "load_cold"):
+    for op in ("save", "save_replace", "load_warm", "load_cold"):
         if ("loom", op) not in med or ("torch", op) not in med:
             continue
-        limit = {"save": ("raw", "disk_write"), "load_warm": ("raw", "pagecache_read"),
+        limit = {"save": ("raw", "disk_write"), "save_replace": ("raw", "disk_write"), "load_warm": ("raw", "pagecache_read"),
                  "load_cold": ("raw", "disk_read_cold")}[op]
         extra = f" {limit[1]}_gib_per_s={gib / med[limit]:.3f}" if limit in med else ""
         print(f"bench=checkpoint_ratio op={op} mib={a.mib} rounds={a.rounds} loom_gib_per_s={gib / med[('loom', op)]:.3f} "
