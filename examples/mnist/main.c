@@ -490,7 +490,7 @@ static int train(options o, loom_comm *comm) {
     printf("model: %s", loom_module_name(model));
     for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
     printf(" (%lld parameters)\ndevice: %s, optimizer: %s lr %g, batch %lld, %lld steps/epoch, %d threads, cpu gemm %s\n",
-           (long long)loom_module_num_param_elements(model), devname, o.optimizer, o.lr, (long long)o.batch,
+           (long long)loom_module_num_param_elements(model), devname, o.optimizer, sched.base_lr, (long long)o.batch,
            (long long)steps_per_epoch, loom_get_num_threads(), loom_cpu_gemm_name());
     printf("data parallel: %d rank%s (%s), global batch %lld\n", world, world == 1 ? "" : "s",
            loom_comm_backend_name(loom_comm_get_backend(comm)), (long long)(o.batch * world));

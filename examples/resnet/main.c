@@ -565,8 +565,9 @@ static int train(options o, loom_comm *comm) {
                                                            : loom_lr_constant(o.lr);
   if (o.scale_lr) sched = loom_lr_scale_for_world(sched, world, steps_per_epoch);
   if (!o.quiet)
-    printf("data: %s (%s), %lld training steps/epoch, schedule %s, augmentation %s\n", o.data,
-           cifar ? "CIFAR-10 binary" : "IDX", (long long)steps_per_epoch, o.schedule, o.augment ? "crop+flip" : "off");
+    printf("data: %s (%s), %lld training steps/epoch, schedule %s (peak lr %g%s), augmentation %s\n", o.data,
+           cifar ? "CIFAR-10 binary" : "IDX", (long long)steps_per_epoch, o.schedule, sched.base_lr,
+           o.scale_lr && world > 1 ? ", scaled by the world size" : "", o.augment ? "crop+flip" : "off");
 
   /* Checkpoints: every rank restores the same file, rank 0 writes it. */
   loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = t.opt, .scaler = t.scaler,
