@@ -15,6 +15,7 @@
  *               [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]
  *               [--synthetic CxHxW --steps N [--warmup N]]
  *               [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]
+ *               [--checkpoint-every N]   (activation checkpointing: recompute each run of N residual blocks)
  *               [--logdir DIR] [--profile FILE]
  *
  * --save DIR writes DIR/checkpoint.safetensors (parameters, SGD momentum,
@@ -56,6 +57,7 @@ typedef struct options {
   int resume, scale_lr;
   int gpus;             /* --gpus: 0 none, -1 all, N */
   int64_t batch, train_limit, test_limit, steps, warmup;
+  int64_t checkpoint_every; /* --checkpoint-every N (loom_resnet_options.checkpoint_every; 0: off) */
   double lr, wd;
   uint64_t seed;
   loom_precision precision;
@@ -80,6 +82,7 @@ static void usage(FILE *f) {
           "                   [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]\n"
           "                   [--synthetic CxHxW --steps N [--warmup N]]\n"
           "                   [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]\n"
+          "                   [--checkpoint-every N]\n"
           "Trains a ResNet on DIR: CIFAR-10 binary batches when it holds data_batch_*.bin, IDX files\n"
           "(Fashion-MNIST, MNIST) otherwise (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: resnet20 (option-A shortcut for CIFAR-style nets), 30 epochs, batch 128, SGD Nesterov\n"
@@ -91,6 +94,8 @@ static void usage(FILE *f) {
           "Data parallel: run under mpirun -np N (one rank per process), or\n"
           "--gpus all|N for N local GPUs in one process; --batch is per rank, --scale-lr scales the LR\n"
           "by the world size.\n");
+  fprintf(f, "--checkpoint-every N: activation checkpointing; each run of N residual blocks of a stage keeps only its\n"
+             "input and is recomputed in backward (less memory, one more forward); 0 (the default): off.\n");
   observe_usage(f);
 }
 
@@ -163,6 +168,7 @@ static int parse_args(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--test-limit")) { if (!parse_i64(a, v, 1, &n)) return 0; o->test_limit = n; }
     else if (!strcmp(a, "--steps")) { if (!parse_i64(a, v, 1, &n)) return 0; o->steps = n; }
     else if (!strcmp(a, "--warmup")) { if (!parse_i64(a, v, 0, &n)) return 0; o->warmup = n; }
+    else if (!strcmp(a, "--checkpoint-every")) { if (!parse_i64(a, v, 0, &n)) return 0; o->checkpoint_every = n; }
     else if (!strcmp(a, "--lr")) { if (!parse_f(a, v, 1e-12, &o->lr)) return 0; }
     else if (!strcmp(a, "--wd")) { if (!parse_f(a, v, 0, &o->wd)) return 0; }
     else if (!strcmp(a, "--schedule")) {
@@ -522,6 +528,7 @@ static int train(options o, loom_comm *comm) {
   ro.num_classes = num_classes;
   ro.shortcut = o.shortcut;
   ro.memory_format = o.format;
+  ro.checkpoint_every = o.checkpoint_every;
   loom_module *model = loom_resnet_new(arch, &ro, dev);
   loom_scaler_options sco = loom_scaler_defaults();
   sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16; /* bf16 has f32's range */

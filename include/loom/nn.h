@@ -128,6 +128,15 @@ typedef struct loom_resnet_options {
   int32_t memory_format;      /* loom_memory_format the forward converts its input to once: NCHW or
                                  NHWC (channels-last). NCHW by default. */
   bool zero_init_residual;    /* false: true zeroes each block's last BN weight (torchvision's option) */
+  /* Appended (options.size 48; a caller built before it passes 40 and gets 0).
+   * int64_t rather than int32_t so that it lies past the old struct's tail
+   * padding instead of inside it. Activation checkpointing: within each
+   * stage (layer1, layer2, ...) every run of this many residual blocks is one
+   * segment whose activations are recomputed in backward instead of kept
+   * (loom_sequential_set_checkpoint_every on the stage; the last run of a
+   * stage may be shorter). Gradients and batch norm running statistics are
+   * those of the plain run; 0 (the default): off. Must be >= 0. */
+  int64_t checkpoint_every;
 } loom_resnet_options;
 
 /* Defaults for arch (num_classes 10 or 1000 as above). */

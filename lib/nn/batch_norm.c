@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/node.h"
 #include "loom/autograd.h"
 #include "nn/module_internal.h"
 
@@ -50,7 +51,10 @@ static loom_tensor *bn_forward(loom_module *m, loom_tensor *x) {
   o.act = m->act;
   loom_tensor *w = b->affine ? m->params[0] : NULL, *bias = b->affine ? m->params[1] : NULL;
   loom_tensor *y = loom_batch_norm(x, m->buffers[BN_RUNNING_MEAN], m->buffers[BN_RUNNING_VAR], w, bias, &o);
-  if (y && m->training && bump_tracked(m->buffers[BN_TRACKED]) != LOOM_OK) {
+  /* Inside a checkpointed segment recomputed in backward the forward pass
+   * counted this batch already (and loom_batch_norm left the running
+   * statistics alone): count it once, as the plain run does. */
+  if (y && m->training && !loom_checkpoint_recomputing() && bump_tracked(m->buffers[BN_TRACKED]) != LOOM_OK) {
     loom_error_prefix("%s: num_batches_tracked", m->name);
     if (loom_scope_depth() == 0) loom_tensor_release(y);  /* else the open scope owns it */
     return NULL;

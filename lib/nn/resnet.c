@@ -4,6 +4,7 @@
  * Kaiming (fan-out) convolution init, BN weight 1 / bias 0, and a forward
  * that brings its input into the network's memory format and compute dtype
  * in one pass before the stem. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,10 @@ static const struct arch_info {
 };
 #define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 
+/* Options written before checkpoint_every was appended are 40 bytes long:
+ * the new field must lie past them (memcpy of opt->size bytes below). */
+_Static_assert(offsetof(loom_resnet_options, checkpoint_every) == 40, "checkpoint_every past the 40-byte options");
+
 static bool arch_valid(int a) { return a >= 0 && a < N_ARCHS && ARCHS[a].name; }
 
 const char *loom_resnet_arch_name(loom_resnet_arch arch) { return arch_valid((int)arch) ? ARCHS[arch].name : "?"; }
@@ -58,7 +63,7 @@ loom_status loom_resnet_parse(const char *name, loom_resnet_arch *out) {
 loom_resnet_options loom_resnet_defaults(loom_resnet_arch arch) {
   bool cifar = arch_valid((int)arch) ? ARCHS[arch].cifar : true;
   loom_resnet_options o = {sizeof(loom_resnet_options), 3, cifar ? 10 : 1000, LOOM_SHORTCUT_PROJECTION,
-                           LOOM_FORMAT_NCHW, false};
+                           LOOM_FORMAT_NCHW, false, 0};
   return o;
 }
 
@@ -129,6 +134,11 @@ static loom_module *stage(const struct arch_info *a, int64_t *in, int64_t planes
     }
     *in = a->bottleneck ? 4 * planes : planes;
   }
+  /* Checkpoint each run of checkpoint_every blocks (0: off). */
+  if (seq && loom_sequential_set_checkpoint_every(seq, (int)o->checkpoint_every) != LOOM_OK) {
+    loom_module_free(seq);
+    return NULL;
+  }
   return seq;
 }
 
@@ -158,6 +168,11 @@ loom_module *loom_resnet_new(loom_resnet_arch arch, const loom_resnet_options *o
   }
   if (o.shortcut != LOOM_SHORTCUT_PROJECTION && o.shortcut != LOOM_SHORTCUT_ZERO_PAD) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "resnet_new: unknown shortcut %d", (int)o.shortcut);
+    return NULL;
+  }
+  if (o.checkpoint_every < 0 || o.checkpoint_every > INT32_MAX) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "resnet_new: checkpoint_every = %lld must be >= 0 (0: off; n: checkpoint each "
+                   "run of n residual blocks within a stage)", (long long)o.checkpoint_every);
     return NULL;
   }
   if (loom_device_check(dev) != LOOM_OK) return NULL;
