@@ -2,15 +2,16 @@
  * ResNet-20 (CIFAR-10 32x32x3 and Fashion-MNIST 28x28x1 inputs, batch 128):
  * forward, backward-data and backward-filter, NCHW and NHWC, against the
  * built-in GEMM's peak measured in the same run. On the CPU it times both
- * loom paths side by side — the default (direct kernels where they apply)
- * and the im2col + GEMM path (forced) — alternating round by round so both
- * see the same background load. bench/pytorch_conv.py times PyTorch's
+ * loom paths side by side — the default (direct kernels where they apply;
+ * --isa none: the dispatch of a CPU without them, i.e. the 1x1 GEMM path for
+ * 1x1 layers) and the im2col + GEMM path (forced) — alternating round by
+ * round so both see the same background load. bench/pytorch_conv.py times PyTorch's
  * F.conv2d on the same shapes; bench/run_conv_vs_pytorch.sh runs both.
  *
  * Usage: bench_conv [--device cpu|cuda] [--batch 128] [--threads 2] [--reps 5]
  *                   [--dataset cifar|fmnist|both] [--dtype f32|f16|bf16]
  *                   [--format nchw|nhwc|both] [--paths default|gemm|both]
- *                   [--min-time 0.05] [--layer SUBSTRING] [--fused] [--isa avx512|avx2]
+ *                   [--min-time 0.05] [--layer SUBSTRING] [--fused] [--isa avx512|avx2|none]
  * Prints, per result:
  *   bench=conv device=cpu dataset=cifar layer=s1.conv3x3 shape=NxCxHxW->O,k3,s1 fmt=nhwc pass=fwd
  *     path=default dtype=f32 ms=... gflops=... of_gemm_peak=...
@@ -308,7 +309,7 @@ usage:
   fprintf(stderr,
           "usage: %s [--device cpu|cuda] [--batch N] [--threads N] [--reps N] [--dataset cifar|fmnist|both]\n"
           "          [--dtype f32|f16|bf16] [--format nchw|nhwc|both] [--paths default|gemm|both] [--min-time S]\n"
-          "          [--layer SUBSTRING] [--fused] [--isa avx512|avx2]\n",
+          "          [--layer SUBSTRING] [--fused] [--isa avx512|avx2|none]\n",
           argv[0]);
   return 2;
 }

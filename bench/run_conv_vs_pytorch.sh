@@ -8,6 +8,7 @@
 #
 #   bench/run_conv_vs_pytorch.sh [--device cpu|cuda] [--build DIR] [--rounds N]
 #                                [--threads N] [--dataset cifar|fmnist|both]
+#                                [--layer SUBSTRING] [--isa avx512|avx2|none]
 #
 # Output: bench=conv_vs_pytorch ... loom_gflops=... torch_gflops=... ratio=...
 # (ratio > 1: loom faster), bench=conv_resnet20_vs_pytorch ... lines, and the
@@ -15,6 +16,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE=cpu BUILD="$ROOT/build" ROUNDS=3 THREADS=2 DATASET=both
+LAYER=()  # --layer SUBSTRING: only the layers whose name contains it (no whole-step lines then)
+ISA=()    # --isa: loom's direct-kernel instruction set (none: the 1x1 and im2col paths)
 while (($#)); do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
@@ -22,7 +25,10 @@ while (($#)); do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --dataset) DATASET="$2"; shift 2 ;;
-    *) echo "usage: $0 [--device cpu|cuda] [--build DIR] [--rounds N] [--threads N] [--dataset cifar|fmnist|both]" >&2
+    --layer) LAYER=(--layer "$2"); shift 2 ;;
+    --isa) ISA=(--isa "$2"); shift 2 ;;
+    *) echo "usage: $0 [--device cpu|cuda] [--build DIR] [--rounds N] [--threads N] [--dataset cifar|fmnist|both]" \
+            "[--layer SUBSTRING] [--isa avx512|avx2|none]" >&2
        exit 2 ;;
   esac
 done
@@ -35,9 +41,9 @@ fi
 OUT="$(mktemp)"
 trap 'rm -f "$OUT"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
-  "$BUILD/bench/bench_conv" --device "$DEVICE" --threads "$THREADS" --dataset "$DATASET" --paths default --reps 2 |
+  "$BUILD/bench/bench_conv" --device "$DEVICE" --threads "$THREADS" --dataset "$DATASET" --paths default --reps 2 "${LAYER[@]}" "${ISA[@]}" |
     sed "s/^/round=$r /" >>"$OUT"
-  "$PY" "$ROOT/bench/pytorch_conv.py" --device "$DEVICE" --threads "$THREADS" --dataset "$DATASET" --reps 2 |
+  "$PY" "$ROOT/bench/pytorch_conv.py" --device "$DEVICE" --threads "$THREADS" --dataset "$DATASET" --reps 2 "${LAYER[@]}" |
     sed "s/^/round=$r /" >>"$OUT"
 done
 sed 's/^/# /' "$OUT"

@@ -3,9 +3,9 @@
  * NCHW and NHWC inputs, channels-last weights, f32/f16/bf16) and backward
  * (dX, dW, db from a random output gradient against the reference
  * formulas; finite differences on small cases), on every CPU path (the
- * direct kernels and the im2col + GEMM path, forced) and on CUDA. Also the
- * shape/option errors, and on CUDA the cuDNN plan cache and the
- * no-device-allocation-after-warm-up property. */
+ * direct kernels, the 1x1 GEMM path, and the im2col + GEMM path, forced) and
+ * on CUDA. Also the shape/option errors, and on CUDA the cuDNN plan cache and
+ * the no-device-allocation-after-warm-up property. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -373,6 +373,141 @@ Test(conv2d_cpu, same_results_for_any_thread_count) {
         loom_scope_end();
       }
   loom_conv_cpu_force_gemm(false);
+  loom_set_num_threads(0);
+  tk_leak_check();
+}
+
+/* ---- the 1x1 path ------------------------------------------------------------------ */
+/* 1x1 kernels, groups 1, no padding: conv_pointwise.c's GEMMs. They run where
+ * no direct kernel does, so the tests select "none" (a CPU without AVX2).
+ * Odd sizes, strides 1, 2, 3 and mixed, dilation (no effect at 1x1), and one
+ * shape big enough for several chunks per image (NCHW) and chunks that span
+ * images (NHWC). */
+static const conv_case PW[] = {
+    {2, 5, 6, 6, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1},     /* stride 1 */
+    {3, 6, 7, 7, 10, 1, 1, 2, 2, 0, 0, 1, 1, 1},    /* 7x7 stride 2: 4x4, the last row/column used */
+    {2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1},   /* 8x8 stride 2: the last row/column skipped */
+    {2, 16, 9, 11, 20, 1, 1, 3, 2, 0, 0, 1, 1, 1},  /* strides 3 and 2 */
+    {1, 33, 5, 9, 17, 1, 1, 1, 2, 0, 0, 2, 3, 1},   /* stride 1 x 2, dilation, odd channel counts */
+    {2, 24, 61, 45, 40, 1, 1, 2, 2, 0, 0, 1, 1, 1}, /* several chunks per image */
+};
+#define NPW ((int)(sizeof PW / sizeof PW[0]))
+
+static double max_rel_diff(const double *a, const double *b, int64_t n, double atol) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs(a[i] - b[i]) / (atol + fabs(b[i]));
+    if (d > worst) worst = d;
+  }
+  return worst;
+}
+
+Test(conv2d_cpu, pointwise_path) {
+  cr_assert(loom_conv_cpu_select_isa("none"));
+  tk_seed(78);
+  for (int ci = 0; ci < NPW; ci++)
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+      for (int k = 0; k < 4; k++) {
+        loom_scope_begin();
+        check_case(loom_cpu(), LOOM_F32, &PW[ci], ci, nhwc, ci % 2 == 1, k & 1, k & 2);
+        loom_scope_end();
+      }
+  /* Against the im2col + GEMM path: y, dX, dW, db (with bias and ReLU). */
+  for (int ci = 0; ci < NPW; ci++)
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+      loom_scope_begin();
+      int64_t n1, n2;
+      double *pw = run_all(&PW[ci], nhwc, 0, &n1);
+      loom_conv_cpu_force_gemm(true);
+      double *im = run_all(&PW[ci], nhwc, 0, &n2);
+      loom_conv_cpu_force_gemm(false);
+      cr_assert_eq(n1, n2);
+      double d = max_rel_diff(pw, im, n1, 1e-5);
+      cr_assert(d < 1e-4, "1x1 case %d nhwc=%d: the 1x1 and im2col paths differ (max relative %.3g)", ci, nhwc, d);
+      free(pw), free(im);
+      loom_scope_end();
+    }
+  loom_set_num_threads(0);
+  loom_conv_cpu_select_isa(NULL);
+  tk_leak_check();
+}
+
+/* bf16 operands through the 1x1 path (conv_cpu.c widens and rounds around it). */
+Test(conv2d_cpu, pointwise_path_bf16) {
+  cr_assert(loom_conv_cpu_select_isa("none"));
+  tk_seed(79);
+  for (int ci = 0; ci < NPW; ci++) {
+    loom_scope_begin();
+    check_case(loom_cpu(), LOOM_BF16, &PW[ci], ci, ci % 2, false, true, ci % 3 == 0);
+    loom_scope_end();
+  }
+  loom_conv_cpu_select_isa(NULL);
+  tk_leak_check();
+}
+
+/* Every case of the main table on the dispatch of a CPU without direct
+ * kernels (1x1 cases on the 1x1 path, the rest on im2col + GEMM). */
+Test(conv2d_cpu, f32_no_direct_kernels) {
+  cr_assert(loom_conv_cpu_select_isa("none"));
+  cr_assert_str_eq(loom_conv_cpu_isa_name(), "none");
+  loom_scope_begin();
+  check_all(loom_cpu(), LOOM_F32, PATH_DEFAULT);
+  loom_scope_end();
+  loom_conv_cpu_select_isa(NULL);
+  tk_leak_check();
+}
+
+Test(conv2d_cpu, pointwise_gradients_finite_difference) {
+  cr_assert(loom_conv_cpu_select_isa("none"));
+  tk_seed(80);
+  loom_scope_begin();
+  static const conv_case FD[] = {
+      {2, 3, 5, 5, 4, 1, 1, 2, 2, 0, 0, 1, 1, 1},
+      {1, 4, 4, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1},
+  };
+  for (int ci = 0; ci < 2; ci++)
+    for (int k = 0; k < 2; k++) {
+      const conv_case *c = &FD[ci];
+      int64_t sx[4] = {c->N, c->C, c->H, c->W}, sw[4] = {c->O, c->C, 1, 1};
+      fd_ctx f = {c, k == 1, true, false};
+      loom_tensor *in[3] = {tk_rand_tensor(4, sx, -1, 1, 0, LOOM_F32, loom_cpu(), NULL),
+                            tk_rand_tensor(4, sw, -1, 1, 0, LOOM_F32, loom_cpu(), NULL),
+                            tk_rand_tensor(1, &c->O, -1, 1, 0, LOOM_F32, loom_cpu(), NULL)};
+      for (int j = 0; j < 3; j++) loom_set_requires_grad(in[j], true);
+      char what[96];
+      snprintf(what, sizeof what, "1x1 FD case %d %s", ci, f.nhwc ? "NHWC" : "NCHW");
+      tk_gradcheck(conv_fn, &f, in, 3, 1e-2, 2e-3, 1e-2, what);
+    }
+  loom_scope_end();
+  loom_conv_cpu_select_isa(NULL);
+  tk_leak_check();
+}
+
+/* The 1x1 path gives the same bits for 1, 2 and 3 threads. */
+Test(conv2d_cpu, pointwise_same_results_for_any_thread_count) {
+  static const conv_case D[] = {
+      {11, 16, 9, 10, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1},
+      {11, 16, 9, 10, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1},
+      {3, 24, 61, 45, 40, 1, 1, 2, 2, 0, 0, 1, 1, 1},
+  };
+  cr_assert(loom_conv_cpu_select_isa("none"));
+  for (int ci = 0; ci < 3; ci++)
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+      loom_scope_begin();
+      int64_t n1, n;
+      double *ref = run_all(&D[ci], nhwc, 1, &n1);
+      for (int t = 2; t <= 3; t++) {
+        double *got = run_all(&D[ci], nhwc, t, &n);
+        cr_assert_eq(n, n1);
+        for (int64_t i = 0; i < n; i++)
+          cr_assert(got[i] == ref[i], "1x1 case %d nhwc=%d: %d threads differ from 1 at %lld: %.9g vs %.9g", ci, nhwc,
+                    t, (long long)i, got[i], ref[i]);
+        free(got);
+      }
+      free(ref);
+      loom_scope_end();
+    }
+  loom_conv_cpu_select_isa(NULL);
   loom_set_num_threads(0);
   tk_leak_check();
 }

@@ -26,12 +26,27 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
 loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
 loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
 
-/* Which instruction set the direct kernels use: "avx512", "avx2", or NULL
- * for the best this CPU runs (tests cover each the machine has). Returns
- * false, changing nothing, when the CPU cannot run it. Global; flip between
- * calls. loom_conv_cpu_isa_name: "avx512", "avx2" or "none". */
+/* Which instruction set the direct kernels use: "avx512", "avx2", "none"
+ * (no direct or depthwise kernels: the dispatch of a CPU without AVX2, i.e.
+ * the 1x1 and im2col + GEMM paths), or NULL for the best this CPU runs
+ * (tests cover each the machine has). Returns false, changing nothing, when
+ * the CPU cannot run it. Global; flip between calls. loom_conv_cpu_isa_name:
+ * "avx512", "avx2" or "none". */
 bool loom_conv_cpu_select_isa(const char *name);
 const char *loom_conv_cpu_isa_name(void);
+
+/* 1x1 kernels as GEMMs over the (strided) output pixels (conv_pointwise.c):
+ * kernel 1x1, groups 1, padding 0, any stride; same contracts as the GEMM
+ * path. conv_cpu.c runs them where no direct kernel does: they beat im2col +
+ * GEMM on most 1x1 shapes measured, but not the AVX-512 direct kernels
+ * (bench/results/conv-pointwise-cpu-2026-11-23.md).
+ * loom_conv_pointwise_applies: the geometry fits and the GEMM path is not
+ * forced. */
+bool loom_conv_pointwise_applies(const loom_conv_geom *g);
+loom_status loom_conv_pointwise_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
+                                        float *y);
+loom_status loom_conv_pointwise_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
+loom_status loom_conv_pointwise_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
 
 /* Depthwise kernels (conv_depthwise.c): groups == C == O; AVX-512 only. */
 bool loom_conv_depthwise_applies(const loom_conv_geom *g);
@@ -57,8 +72,8 @@ float *loom_conv_alloc_f(int64_t n);
 void loom_conv_bias_act_rows(float *y, int64_t rows, int64_t O, const float *b, bool relu);
 void loom_conv_bias_act_plane(float *y, int64_t n, float b, bool relu);
 
-/* Force the im2col + GEMM path even where a direct kernel exists (tests and
- * benchmarks compare the two). Global; flip between calls. */
+/* Force the im2col + GEMM path even where a direct, depthwise or 1x1 kernel
+ * exists (tests and benchmarks compare the two). Global; flip between calls. */
 void loom_conv_cpu_force_gemm(bool on);
 bool loom_conv_cpu_gemm_forced(void);
 

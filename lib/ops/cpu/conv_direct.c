@@ -49,9 +49,11 @@ static bool isa_runs(const loom_conv_isa *is) {
 }
 
 static _Atomic(const loom_conv_isa *) g_isa = NULL;  /* NULL: the best this CPU runs */
+static const loom_conv_isa g_no_isa;                  /* "none": no direct kernels */
 
 static const loom_conv_isa *cur_isa(void) {
   const loom_conv_isa *is = atomic_load_explicit(&g_isa, memory_order_acquire);
+  if (is == &g_no_isa) return NULL;
   if (is) return is;
   static int best = -1;  /* 0 none, 1 avx2, 2 avx512; racing first calls agree */
   if (best < 0) best = isa_runs(&loom_conv_isa_avx512) ? 2 : isa_runs(&loom_conv_isa_avx2) ? 1 : 0;
@@ -62,8 +64,9 @@ bool loom_conv_cpu_select_isa(const char *name) {
   const loom_conv_isa *is = NULL;
   if (name && !strcmp(name, "avx512")) is = &loom_conv_isa_avx512;
   else if (name && !strcmp(name, "avx2")) is = &loom_conv_isa_avx2;
+  else if (name && !strcmp(name, "none")) is = &g_no_isa;
   else if (name) return false;
-  if (is && !isa_runs(is)) return false;
+  if (is && is != &g_no_isa && !isa_runs(is)) return false;
   atomic_store_explicit(&g_isa, is, memory_order_release);
   return true;
 }
