@@ -16,6 +16,28 @@ void session_passive_openmp(char **argv) {
   execv("/proc/self/exe", argv); /* returns only if it failed: go on as we are */
 }
 
+/* "prog: what: loom's message", what said once when the message starts with it. */
+static int say_failed(const char *prog, const char *what) {
+  const char *msg = loom_last_error();
+  size_t n = strlen(what);
+  if (strncmp(msg, what, n) == 0 && msg[n] == ':') fprintf(stderr, "%s: %s\n", prog, msg);
+  else fprintf(stderr, "%s: %s: %s\n", prog, what, msg);
+  return 1;
+}
+
+int session_run(const char *prog, const char *device_arg, loom_device dev, int gpus, loom_dist_worker fn, void *user) {
+  loom_dist_run_options ro = loom_dist_run_defaults();
+  ro.gpus = gpus;
+  ro.comm.device = dev;
+  loom_dist_env env = {.size = sizeof env};
+  if (loom_dist_env_get(&env) == LOOM_OK && env.world_size > 1 && dev.kind == LOOM_CUDA && !strchr(device_arg, ':'))
+    ro.comm.device.index = -1;
+  loom_status st = loom_dist_run(&ro, fn, user);
+  if (st != LOOM_OK && st != LOOM_ERR_STATE) return say_failed(prog, "data parallel");
+  if (loom_dist_finalize() != LOOM_OK && st == LOOM_OK) return say_failed(prog, "finalizing MPI");
+  return st == LOOM_OK ? 0 : 1;
+}
+
 int session_ckpt_open(session_ckpt *c, const char *prog, const char *dir, int64_t every, int resume, int rank,
                       int quiet, loom_train_state *st) {
   *c = (session_ckpt){.prog = prog, .every = every, .writer = rank == 0};

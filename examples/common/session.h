@@ -20,6 +20,13 @@
  * restores spinning). Call first thing in main. */
 void session_passive_openmp(char **argv);
 
+/* Run fn once per replica and return the process's exit status (0, or 1
+ * after printing why). Unlaunched: a world of one. Under mpirun/srun: one
+ * rank per process (a GPU each, by local rank, unless device_arg names one,
+ * "cuda:N"). gpus (--gpus: -1 all, N): one process, one replica per local
+ * GPU. fn's own failures are LOOM_ERR_STATE: it has printed them. */
+int session_run(const char *prog, const char *device_arg, loom_device dev, int gpus, loom_dist_worker fn, void *user);
+
 typedef struct session_ckpt {
   const char *prog;          /* for messages: "loom-resnet" */
   char path[4096];           /* DIR/checkpoint.safetensors, or "" without --save */

@@ -45,6 +45,7 @@
 #include <loom/data.h>
 #include <loom/loom.h>
 
+#include "../common/datasets.h"
 #include "../common/observe.h"
 #include "../common/session.h"
 
@@ -220,44 +221,14 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* A dataset from DIR/{prefix}-images-idx3-ubyte(.gz) + labels. */
 static loom_dataset *open_split(const char *dir, const char *prefix) {
-  char img[4096], lab[4096];
-  const char *ext[2] = {".gz", ""};
-  for (int e = 0; e < 2; e++) {
-    snprintf(img, sizeof img, "%s/%s-images-idx3-ubyte%s", dir, prefix, ext[e]);
-    snprintf(lab, sizeof lab, "%s/%s-labels-idx1-ubyte%s", dir, prefix, ext[e]);
-    if (access(img, R_OK) == 0 && access(lab, R_OK) == 0) return loom_dataset_idx_open(img, lab);
-  }
-  fprintf(stderr,
-          "loom-mnist: no %s-images-idx3-ubyte[.gz] and %s-labels-idx1-ubyte[.gz] in %s\n"
-          "  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
-          prefix, prefix, dir);
-  return NULL;
-}
-
-/* A view of the first `limit` samples of ds, as an in-memory copy. */
-static loom_dataset *limit_dataset(loom_dataset *ds, int64_t limit) {
-  int64_t n = loom_dataset_length(ds);
-  if (limit <= 0 || limit >= n) return ds;
-  loom_dtype xd, yd;
-  int nd;
-  bool has_y;
-  int64_t shape[LOOM_MAX_DIMS];
-  if (loom_dataset_x_info(ds, &xd, &nd, shape) != LOOM_OK || loom_dataset_y_info(ds, &has_y, &yd) != LOOM_OK)
-    return NULL;
-  int64_t per = 1;
-  for (int d = 0; d < nd; d++) per *= shape[d];
-  size_t xb = (size_t)per * loom_dtype_size(xd), yb = loom_dtype_size(yd);
-  unsigned char *x = malloc((size_t)limit * xb), *y = malloc((size_t)limit * yb);
-  loom_dataset *out = NULL;
-  if (x && y) {
-    int ok = 1;
-    for (int64_t i = 0; i < limit && ok; i++) ok = loom_dataset_read(ds, i, x + i * xb, y + i * yb) == LOOM_OK;
-    if (ok) out = loom_dataset_memory(x, xd, nd, shape, has_y ? y : NULL, yd, limit, true);
-  }
-  free(x);
-  free(y);
-  loom_dataset_free(ds);
-  return out;
+  int found;
+  loom_dataset *ds = datasets_idx_split(dir, prefix, &found);
+  if (!found)
+    fprintf(stderr,
+            "loom-mnist: no %s-images-idx3-ubyte[.gz] and %s-labels-idx1-ubyte[.gz] in %s\n"
+            "  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
+            prefix, prefix, dir);
+  return ds;
 }
 
 static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, int64_t steps, double loss, double sps) {
@@ -400,8 +371,8 @@ static int train(options o, loom_comm *comm) {
   if (!train_ds) return loom_last_status() ? fail("training data") : 1;
   loom_dataset *test_ds = open_split(o.data, "t10k");
   if (!test_ds) return loom_last_status() ? fail("test data") : 1;
-  train_ds = limit_dataset(train_ds, o.train_limit);
-  test_ds = limit_dataset(test_ds, o.test_limit);
+  train_ds = datasets_head(train_ds, o.train_limit);
+  test_ds = datasets_head(test_ds, o.test_limit);
   if (!train_ds || !test_ds) return fail("limiting the dataset");
 
   loom_dtype xd;
@@ -633,17 +604,5 @@ int main(int argc, char **argv) {
   if (o.threads > 0) loom_set_num_threads(o.threads);
   loom_device dev;
   if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
-  /* Unlaunched: a world of one. Under mpirun/srun: one rank per process (a
-   * GPU each, by local rank, unless --device names one). --gpus: one
-   * process, one replica per local GPU. */
-  loom_dist_run_options ro = loom_dist_run_defaults();
-  ro.gpus = o.gpus;
-  ro.comm.device = dev;
-  loom_dist_env env = {.size = sizeof env};
-  if (loom_dist_env_get(&env) == LOOM_OK && env.world_size > 1 && dev.kind == LOOM_CUDA && !strchr(o.device, ':'))
-    ro.comm.device.index = -1;
-  loom_status st = loom_dist_run(&ro, train_replica, &o);
-  if (st != LOOM_OK && st != LOOM_ERR_STATE) return fail("data parallel");
-  if (loom_dist_finalize() != LOOM_OK && st == LOOM_OK) return fail("finalizing MPI");
-  return st == LOOM_OK ? 0 : 1;
+  return session_run("loom-mnist", o.device, dev, o.gpus, train_replica, &o);
 }

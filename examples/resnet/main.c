@@ -45,6 +45,7 @@
 #include <loom/data.h>
 #include <loom/loom.h>
 
+#include "../common/datasets.h"
 #include "../common/observe.h"
 #include "../common/session.h"
 
@@ -264,44 +265,14 @@ static loom_dataset *open_cifar(const char *dir, int train) {
 
 /* IDX: DIR/{prefix}-images-idx3-ubyte(.gz) + labels. */
 static loom_dataset *open_idx(const char *dir, const char *prefix) {
-  char img[4096], lab[4096];
-  const char *ext[2] = {".gz", ""};
-  for (int e = 0; e < 2; e++) {
-    snprintf(img, sizeof img, "%s/%s-images-idx3-ubyte%s", dir, prefix, ext[e]);
-    snprintf(lab, sizeof lab, "%s/%s-labels-idx1-ubyte%s", dir, prefix, ext[e]);
-    if (access(img, R_OK) == 0 && access(lab, R_OK) == 0) return loom_dataset_idx_open(img, lab);
-  }
-  fprintf(stderr,
-          "loom-resnet: %s holds neither CIFAR-10 binary batches (data_batch_*.bin) nor %s-images-idx3-ubyte[.gz] "
-          "and %s-labels-idx1-ubyte[.gz]\n  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
-          dir, prefix, prefix);
-  return NULL;
-}
-
-/* The first `limit` samples of ds, as an in-memory copy. */
-static loom_dataset *limit_dataset(loom_dataset *ds, int64_t limit) {
-  int64_t n = loom_dataset_length(ds);
-  if (limit <= 0 || limit >= n) return ds;
-  loom_dtype xd, yd;
-  int nd;
-  bool has_y;
-  int64_t shape[LOOM_MAX_DIMS];
-  if (loom_dataset_x_info(ds, &xd, &nd, shape) != LOOM_OK || loom_dataset_y_info(ds, &has_y, &yd) != LOOM_OK)
-    return NULL;
-  int64_t per = 1;
-  for (int d = 0; d < nd; d++) per *= shape[d];
-  size_t xb = (size_t)per * loom_dtype_size(xd), yb = loom_dtype_size(yd);
-  unsigned char *x = malloc((size_t)limit * xb), *y = malloc((size_t)limit * yb);
-  loom_dataset *out = NULL;
-  if (x && y) {
-    int ok = 1;
-    for (int64_t i = 0; i < limit && ok; i++) ok = loom_dataset_read(ds, i, x + i * xb, y + i * yb) == LOOM_OK;
-    if (ok) out = loom_dataset_memory(x, xd, nd, shape, has_y ? y : NULL, yd, limit, true);
-  }
-  free(x);
-  free(y);
-  loom_dataset_free(ds);
-  return out;
+  int found;
+  loom_dataset *ds = datasets_idx_split(dir, prefix, &found);
+  if (!found)
+    fprintf(stderr,
+            "loom-resnet: %s holds neither CIFAR-10 binary batches (data_batch_*.bin) nor %s-images-idx3-ubyte[.gz] "
+            "and %s-labels-idx1-ubyte[.gz]\n  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
+            dir, prefix, prefix);
+  return ds;
 }
 
 /* x as [N, C, H, W]: IDX batches are [N, H, W] (one channel; a view, which
@@ -441,8 +412,8 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
     loom_dataset_free(train_ds);
     return loom_last_status() ? fail("test data") : 1;
   }
-  train_ds = limit_dataset(train_ds, o->train_limit);
-  test_ds = limit_dataset(test_ds, o->test_limit);
+  train_ds = datasets_head(train_ds, o->train_limit);
+  test_ds = datasets_head(test_ds, o->test_limit);
   loom_dtype xd;
   int nd = 0, rc = 0;
   int64_t xs[LOOM_MAX_DIMS];
@@ -738,17 +709,5 @@ int main(int argc, char **argv) {
   if (o.threads > 0) loom_set_num_threads(o.threads);
   loom_device dev;
   if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
-  /* Unlaunched: a world of one. Under mpirun/srun: one rank per process (a
-   * GPU each, by local rank, unless --device names one). --gpus: one
-   * process, one replica per local GPU. */
-  loom_dist_run_options ro = loom_dist_run_defaults();
-  ro.gpus = o.gpus;
-  ro.comm.device = dev;
-  loom_dist_env env = {.size = sizeof env};
-  if (loom_dist_env_get(&env) == LOOM_OK && env.world_size > 1 && dev.kind == LOOM_CUDA && !strchr(o.device, ':'))
-    ro.comm.device.index = -1;
-  loom_status st = loom_dist_run(&ro, train_replica, &o);
-  if (st != LOOM_OK && st != LOOM_ERR_STATE) return fail("data parallel");
-  if (loom_dist_finalize() != LOOM_OK && st == LOOM_OK) return fail("finalizing MPI");
-  return st == LOOM_OK ? 0 : 1;
+  return session_run("loom-resnet", o.device, dev, o.gpus, train_replica, &o);
 }

@@ -45,13 +45,6 @@ static block *merge_unmapped(loom_pool *p, block *u) {
   return u;
 }
 
-static void remove_segment(loom_pool *p, segment *sg) {
-  int i = seg_index(p, sg->base);
-  memmove(&p->segs[i], &p->segs[i + 1], (size_t)(p->nsegs - i - 1) * sizeof(segment *));
-  p->nsegs--;
-  stat_add(p->st.segments, sg->kind, -1);
-}
-
 /* Give back a range with nothing mapped (one unmapped block). */
 static loom_status exp_release(loom_pool *p, segment *sg) {
   loom_status st = p->prov->va_release(p->prov->ctx, (void *)sg->base, sg->size);
@@ -70,32 +63,14 @@ static loom_status exp_reserve(loom_pool *p, int kind, loom_stream *s, size_t si
              loom_last_error());
     return st;
   }
-  segment *sg = calloc(1, sizeof *sg);
-  block *b = block_new(p);
-  if (!sg || !b || !grow((void **)&p->segs, &p->capsegs, p->nsegs + 1, sizeof(segment *))) {
-    free(sg);
-    if (b) block_recycle(p, b);
+  segment *sg = add_segment(p, kind, s, (uintptr_t)base, n);
+  if (!sg) {
     p->prov->va_release(p->prov->ctx, base, n);
-    snprintf(p->provider_msg, sizeof p->provider_msg, "out of host memory for allocator bookkeeping");
     return loom_set_error(LOOM_ERR_OOM, "%s", p->provider_msg);
   }
-  sg->base = (uintptr_t)base;
-  sg->size = n;
-  sg->kind = kind;
-  sg->stream = s;
   sg->expandable = 1;
-  sg->head = b;
-  int pos = 0;
-  while (pos < p->nsegs && p->segs[pos]->base < sg->base) pos++;
-  memmove(&p->segs[pos + 1], &p->segs[pos], (size_t)(p->nsegs - pos) * sizeof(segment *));
-  p->segs[pos] = sg;
-  p->nsegs++;
-  b->addr = sg->base;
-  b->size = n;
-  b->seg = sg;
-  b->stream = s;
+  block *b = sg->head;
   b->state = LOOM_BLOCK_UNMAPPED;
-  stat_add(p->st.segments, kind, 1);
   *out = b;
   return LOOM_OK;
 }

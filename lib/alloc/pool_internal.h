@@ -188,6 +188,12 @@ loom_status get_event(loom_pool *p, loom_stream *s, void **ev, int *dom);
 void put_event(loom_pool *p, void *ev, int dom);
 /* Make `waiter` wait (GPU-side) for what is queued on `on` now. */
 loom_status wait_for_stream(loom_pool *p, loom_stream *waiter, loom_stream *on);
+/* A segment [base, base + n) in p's sorted table, with one head block over
+ * all of it (state left to the caller); NULL on bookkeeping OOM, with
+ * provider_msg set (the caller gives the memory back and reports it). */
+segment *add_segment(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n);
+/* Take sg out of the table (the caller frees its memory, block and struct). */
+void remove_segment(loom_pool *p, segment *sg);
 loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block **out);
 /* b spans a whole unused segment and sits in the free trees. */
 loom_status release_segment(loom_pool *p, block *b);

@@ -87,6 +87,40 @@ loom_status wait_for_stream(loom_pool *p, loom_stream *waiter, loom_stream *on) 
   return st;
 }
 
+segment *add_segment(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n) {
+  segment *sg = calloc(1, sizeof *sg);
+  block *b = block_new(p);
+  if (!sg || !b || !grow((void **)&p->segs, &p->capsegs, p->nsegs + 1, sizeof(segment *))) {
+    free(sg);
+    if (b) block_recycle(p, b);
+    snprintf(p->provider_msg, sizeof p->provider_msg, "out of host memory for allocator bookkeeping");
+    return NULL;
+  }
+  sg->base = base;
+  sg->size = n;
+  sg->kind = kind;
+  sg->stream = s;
+  sg->head = b;
+  int pos = 0;
+  while (pos < p->nsegs && p->segs[pos]->base < sg->base) pos++;
+  memmove(&p->segs[pos + 1], &p->segs[pos], (size_t)(p->nsegs - pos) * sizeof(segment *));
+  p->segs[pos] = sg;
+  p->nsegs++;
+  b->addr = base;
+  b->size = n;
+  b->seg = sg;
+  b->stream = s;
+  stat_add(p->st.segments, kind, 1);
+  return sg;
+}
+
+void remove_segment(loom_pool *p, segment *sg) {
+  int i = seg_index(p, sg->base);
+  memmove(&p->segs[i], &p->segs[i + 1], (size_t)(p->nsegs - i - 1) * sizeof(segment *));
+  p->nsegs--;
+  stat_add(p->st.segments, sg->kind, -1);
+}
+
 loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block **out) {
   if (p->cfg.limit && (size_t)p->st.reserved_bytes[0].current + n > p->cfg.limit) {
     char a[32], b[32], c[32];
@@ -101,33 +135,15 @@ loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block 
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
     return st;
   }
-  segment *sg = calloc(1, sizeof *sg);
-  block *b = block_new(p);
-  if (!sg || !b || !grow((void **)&p->segs, &p->capsegs, p->nsegs + 1, sizeof(segment *))) {
-    free(sg);
-    if (b) block_recycle(p, b);
+  segment *sg = add_segment(p, kind, s, (uintptr_t)ptr, n);
+  if (!sg) {
     p->prov->seg_free(p->prov->ctx, ptr, n);
-    snprintf(p->provider_msg, sizeof p->provider_msg, "out of host memory for allocator bookkeeping");
     return loom_set_error(LOOM_ERR_OOM, "%s", p->provider_msg);
   }
-  sg->base = (uintptr_t)ptr;
-  sg->size = n;
   sg->mapped = n;
-  sg->kind = kind;
-  sg->stream = s;
-  sg->head = b;
-  int pos = 0;
-  while (pos < p->nsegs && p->segs[pos]->base < sg->base) pos++;
-  memmove(&p->segs[pos + 1], &p->segs[pos], (size_t)(p->nsegs - pos) * sizeof(segment *));
-  p->segs[pos] = sg;
-  p->nsegs++;
-  b->addr = sg->base;
-  b->size = n;
-  b->seg = sg;
-  b->stream = s;
+  block *b = sg->head;
   b->state = LOOM_BLOCK_FREE;
   stat_add(p->st.reserved_bytes, kind, (int64_t)n);
-  stat_add(p->st.segments, kind, 1);
   p->st.num_device_allocs++;
   poison(p, sg->base, n);
   history(p, H_SEGMENT_ALLOC, sg->base, n, s, NULL);
@@ -141,11 +157,8 @@ loom_status release_segment(loom_pool *p, block *b) {
   free_remove(p, b);
   unpoison(p, sg->base, sg->size);
   loom_status st = p->prov->seg_free(p->prov->ctx, (void *)sg->base, sg->size);
-  int i = seg_index(p, sg->base);
-  memmove(&p->segs[i], &p->segs[i + 1], (size_t)(p->nsegs - i - 1) * sizeof(segment *));
-  p->nsegs--;
+  remove_segment(p, sg);
   stat_add(p->st.reserved_bytes, sg->kind, -(int64_t)sg->size);
-  stat_add(p->st.segments, sg->kind, -1);
   p->st.num_device_frees++;
   history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream, NULL);
   block_recycle(p, b);

@@ -160,35 +160,6 @@ static void fwd_image(const loom_conv_geom *g, const float *x, const float *w, c
   }
 }
 
-loom_status loom_conv_gemm_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y) {
-  const int64_t Kg = g->Cg * g->KH * g->KW;
-  float *wr = NULL;
-  if (g->nhwc) {
-    wr = malloc((size_t)(g->O * Kg > 0 ? g->O * Kg : 1) * sizeof(float));
-    if (!wr) return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the reordered weight");
-    reorder_w(g, w, wr, false);
-    w = wr;
-  }
-  int nt;
-  bool split = split_images(g, &nt);
-  int nbuf = split ? nt : 1;
-  float *cols = malloc((size_t)(nbuf * col_floats(g)) * sizeof(float));
-  if (!cols) {
-    free(wr);
-    return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the im2col buffer (%lld floats)",
-                          (long long)(nbuf * col_floats(g)));
-  }
-  if (split) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t n = 0; n < g->N; n++) fwd_image(g, x, w, b, y, cols + omp_get_thread_num() * col_floats(g), n);
-  } else {
-    for (int64_t n = 0; n < g->N; n++) fwd_image(g, x, w, b, y, cols, n);
-  }
-  free(cols);
-  free(wr);
-  return LOOM_OK;
-}
-
 /* ---- backward-data --------------------------------------------------------- */
 static void bwd_data_image(const loom_conv_geom *g, const float *dy, const float *w, float *dx, float *col,
                            int64_t n) {
@@ -207,32 +178,46 @@ static void bwd_data_image(const loom_conv_geom *g, const float *dy, const float
   }
 }
 
-loom_status loom_conv_gemm_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
+/* Forward (dy == NULL) or backward-data (x == NULL), image by image, on
+ * several threads when there are enough images, each with its own column
+ * buffer; NHWC first reorders the weight to the path's order. */
+static loom_status run_images(const loom_conv_geom *g, const float *x, const float *dy, const float *w,
+                              const float *b, float *out) {
+  const char *op = dy ? "conv2d backward" : "conv2d";
   const int64_t Kg = g->Cg * g->KH * g->KW;
   float *wr = NULL;
   if (g->nhwc) {
     wr = malloc((size_t)(g->O * Kg > 0 ? g->O * Kg : 1) * sizeof(float));
-    if (!wr) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the reordered weight");
+    if (!wr) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for the reordered weight", op);
     reorder_w(g, w, wr, false);
     w = wr;
   }
   int nt;
   bool split = split_images(g, &nt);
-  int nbuf = split ? nt : 1;
-  float *cols = malloc((size_t)(nbuf * col_floats(g)) * sizeof(float));
+  float *cols = malloc((size_t)((split ? nt : 1) * col_floats(g)) * sizeof(float));
   if (!cols) {
     free(wr);
-    return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the col2im buffer");
+    if (dy) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the col2im buffer");
+    return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the im2col buffer (%lld floats)",
+                          (long long)((split ? nt : 1) * col_floats(g)));
   }
-  if (split) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t n = 0; n < g->N; n++) bwd_data_image(g, dy, w, dx, cols + omp_get_thread_num() * col_floats(g), n);
-  } else {
-    for (int64_t n = 0; n < g->N; n++) bwd_data_image(g, dy, w, dx, cols, n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (split)
+  for (int64_t n = 0; n < g->N; n++) {
+    float *col = cols + omp_get_thread_num() * col_floats(g);
+    if (dy) bwd_data_image(g, dy, w, out, col, n);
+    else fwd_image(g, x, w, b, out, col, n);
   }
   free(cols);
   free(wr);
   return LOOM_OK;
+}
+
+loom_status loom_conv_gemm_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y) {
+  return run_images(g, x, NULL, w, b, y);
+}
+
+loom_status loom_conv_gemm_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
+  return run_images(g, NULL, dy, w, NULL, dx);
 }
 
 /* ---- backward-filter ------------------------------------------------------- */

@@ -218,26 +218,6 @@ static void fwd_chunk(const loom_conv_geom *g, const float *x, const float *w, c
   }
 }
 
-loom_status loom_conv_pointwise_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
-                                        float *y) {
-  int nt = threads();
-  chunking k = chunks_for_threads(g, nt);
-  bool split = nt > 1 && k.count >= nt;
-  int nbuf = split ? nt : 1;
-  const int64_t bufn = strided(g) ? k.rows * g->OW * g->C : 0;
-  float *bufs = bufn ? loom_conv_alloc_f(nbuf * bufn) : NULL;
-  if (bufn && !bufs) return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the 1x1 gather buffer");
-  if (split) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t c = 0; c < k.count; c++)
-      fwd_chunk(g, x, w, b, y, bufs ? bufs + omp_get_thread_num() * bufn : NULL, &k, c);
-  } else {
-    for (int64_t c = 0; c < k.count; c++) fwd_chunk(g, x, w, b, y, bufs, &k, c);
-  }
-  free(bufs);
-  return LOOM_OK;
-}
-
 /* ---- backward-data ------------------------------------------------------------------ */
 static void bwd_data_chunk(const loom_conv_geom *g, const float *dy, const float *w, float *dx, float *buf,
                            const chunking *k, int64_t c) {
@@ -265,23 +245,34 @@ static void bwd_data_chunk(const loom_conv_geom *g, const float *dy, const float
   }
 }
 
-loom_status loom_conv_pointwise_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
+/* The row chunks of a forward (dy == NULL) or backward-data (x == NULL)
+ * pass, on nt threads when there are enough chunks to share, each thread
+ * with its own gather/scatter buffer. */
+static loom_status run_row_chunks(const loom_conv_geom *g, const float *x, const float *dy, const float *w,
+                                  const float *b, float *out, const char *oom_what) {
   int nt = threads();
   chunking k = chunks_for_threads(g, nt);
   bool split = nt > 1 && k.count >= nt;
-  int nbuf = split ? nt : 1;
   const int64_t bufn = strided(g) ? k.rows * g->OW * g->C : 0;
-  float *bufs = bufn ? loom_conv_alloc_f(nbuf * bufn) : NULL;
-  if (bufn && !bufs) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the 1x1 scatter buffer");
-  if (split) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t c = 0; c < k.count; c++)
-      bwd_data_chunk(g, dy, w, dx, bufs ? bufs + omp_get_thread_num() * bufn : NULL, &k, c);
-  } else {
-    for (int64_t c = 0; c < k.count; c++) bwd_data_chunk(g, dy, w, dx, bufs, &k, c);
+  float *bufs = bufn ? loom_conv_alloc_f((split ? nt : 1) * bufn) : NULL;
+  if (bufn && !bufs) return loom_set_error(LOOM_ERR_OOM, "%s", oom_what);
+#pragma omp parallel for schedule(static) num_threads(nt) if (split)
+  for (int64_t c = 0; c < k.count; c++) {
+    float *buf = bufs ? bufs + omp_get_thread_num() * bufn : NULL;
+    if (dy) bwd_data_chunk(g, dy, w, out, buf, &k, c);
+    else fwd_chunk(g, x, w, b, out, buf, &k, c);
   }
   free(bufs);
   return LOOM_OK;
+}
+
+loom_status loom_conv_pointwise_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
+                                        float *y) {
+  return run_row_chunks(g, x, NULL, w, b, y, "conv2d: out of host memory for the 1x1 gather buffer");
+}
+
+loom_status loom_conv_pointwise_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
+  return run_row_chunks(g, NULL, dy, w, NULL, dx, "conv2d backward: out of host memory for the 1x1 scatter buffer");
 }
 
 /* ---- backward-filter ----------------------------------------------------------------- */
@@ -325,17 +316,11 @@ loom_status loom_conv_pointwise_backward_filter(const loom_conv_geom *g, const f
   float *mem = loom_conv_alloc_f(nt * bufn + nparts * WN);
   if (!mem) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the 1x1 weight gradient");
   float *parts = mem + nt * bufn;
-  if (nt > 1) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t p = 0; p < nparts; p++)
-      for (int64_t c = p * k.count / nparts; c < (p + 1) * k.count / nparts; c++)
-        bwd_filter_chunk(g, x, dy, parts + p * WN, c == p * k.count / nparts ? 0.0f : 1.0f,
-                         bufn ? mem + omp_get_thread_num() * bufn : NULL, &k, c);
-  } else {
-    for (int64_t p = 0; p < nparts; p++)
-      for (int64_t c = p * k.count / nparts; c < (p + 1) * k.count / nparts; c++)
-        bwd_filter_chunk(g, x, dy, parts + p * WN, c == p * k.count / nparts ? 0.0f : 1.0f, bufn ? mem : NULL, &k, c);
-  }
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t p = 0; p < nparts; p++)
+    for (int64_t c = p * k.count / nparts; c < (p + 1) * k.count / nparts; c++)
+      bwd_filter_chunk(g, x, dy, parts + p * WN, c == p * k.count / nparts ? 0.0f : 1.0f,
+                       bufn ? mem + omp_get_thread_num() * bufn : NULL, &k, c);
   /* Sum the partials in order (contiguous), then dw [O][C] = the sum
    * transposed, in 32 x 32 blocks. */
   for (int64_t p = 1; p < nparts; p++)
