@@ -226,6 +226,41 @@ Test(amp_scaler, growth_after_exactly_n_good_steps) {
   free_one_param(&r);
 }
 
+/* A schedule attached to the optimizer moves on at skipped steps too (as
+ * a host loop calling set_lr(lr_at(step)) every iteration does), so both
+ * runs take every step with the same lr. */
+Test(amp_scaler, attached_schedule_counts_skipped_steps) {
+  one_param a = make_one_param(), b = make_one_param();
+  loom_scaler_options so = loom_scaler_defaults();
+  so.init_scale = 1024;
+  so.growth_interval = 2;
+  loom_grad_scaler *sa = loom_scaler_new(&so), *sb = loom_scaler_new(&so);
+  loom_lr_schedule sc = loom_lr_cosine(0.5, 3, 12, 0.01);
+  cr_assert_eq(loom_optimizer_set_schedule(a.o, &sc, 0), LOOM_OK, "%s", loom_last_error());
+  const float grads[12] = {1, 1, INFINITY, 1, NAN, 1, 1, 1, INFINITY, 1, 1, 1};
+  int skipped = 0;
+  for (int step = 0; step < 12; step++) {
+    loom_optimizer_set_lr(b.o, loom_lr_at(&sc, step));
+    bool ka = scaler_step_with(sa, a.o, a.p, grads[step]), kb = scaler_step_with(sb, b.o, b.p, grads[step]);
+    cr_assert_eq(ka, kb);
+    skipped += ka;
+    float va[4], vb[4];
+    cr_assert_eq(loom_to_host(a.p, va, sizeof va, LOOM_F32), LOOM_OK);
+    cr_assert_eq(loom_to_host(b.p, vb, sizeof vb, LOOM_F32), LOOM_OK);
+    for (int i = 0; i < 4; i++) cr_assert_eq(va[i], vb[i], "step %d element %d: %.9g vs %.9g", step, i, va[i], vb[i]);
+  }
+  cr_assert_eq(skipped, 3);
+  /* Skipped steps counted: the next step takes position 12's lr. */
+  loom_optimizer_zero_grad(a.o);
+  give_grad(a.p, 1.0f);
+  cr_assert_eq(loom_optimizer_step(a.o), LOOM_OK);
+  cr_assert_eq(loom_optimizer_get_lr(a.o), loom_lr_at(&sc, 12));
+  loom_scaler_free(sa);
+  loom_scaler_free(sb);
+  free_one_param(&a);
+  free_one_param(&b);
+}
+
 Test(amp_scaler, backoff_on_inf_and_nan_resets_streak) {
   one_param r = make_one_param();
   loom_scaler_options so = loom_scaler_defaults();

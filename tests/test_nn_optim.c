@@ -4,9 +4,10 @@
  * momentum, dampening, nesterov, weight decay) and AdamW updates over
  * several steps against a hand-written float64 reference, parameters
  * without a gradient left alone, lr get/set and step count; LR schedules
- * (constant, step, cosine with warm-up). */
+ * (constant, step, cosine with warm-up) and one attached to the optimizer. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "support/testkit.h"
 
@@ -269,6 +270,56 @@ Test(optim, lr_schedules) {
   cr_assert_float_eq(loom_lr_at(&sw, 1), 1.0, 1e-12);
   cr_assert_float_eq(loom_lr_at(&sw, 4), 2.0, 1e-12);
   cr_assert_float_eq(loom_lr_at(&sw, 5), 0.2, 1e-12);
+  tk_leak_check();
+}
+
+/* An attached schedule equals setting each step's lr by hand (bit for bit,
+ * AdamW over a one-cycle schedule), attached mid-run at a position, and
+ * detached; bad arguments are errors. */
+Test(optim, attached_schedule_equals_set_lr_each_step) {
+  loom_scope_begin();
+  int64_t n = 3;
+  double init[3] = {0.5, -1, 2}, g[3] = {0.1, -0.2, 0.3};
+  loom_tensor *a = tk_tensor(init, 1, &n, LOOM_F32, loom_cpu()), *b = tk_tensor(init, 1, &n, LOOM_F32, loom_cpu());
+  loom_set_requires_grad(a, true);
+  loom_set_requires_grad(b, true);
+  loom_optimizer *oa = loom_adamw_new(&a, 1, NULL), *ob = loom_adamw_new(&b, 1, NULL);
+  loom_lr_schedule sc = loom_lr_one_cycle(0.05, 4, 20, 25.0, 1e4);
+  for (int step = 0; step < 6; step++) {  /* b: by hand from the start, a: attached at step 3 */
+    set_grad(a, g);
+    set_grad(b, g);
+    loom_optimizer_set_lr(oa, loom_lr_at(&sc, step));
+    if (step == 3) {
+      cr_assert_eq(loom_optimizer_set_schedule(oa, &sc, 3), LOOM_OK, "%s", loom_last_error());
+      cr_assert_eq(loom_optimizer_get_lr(oa), loom_lr_at(&sc, 3), "attaching sets the next step's lr");
+      loom_optimizer_set_lr(oa, 123.0);  /* overridden by the schedule at the step */
+    }
+    loom_optimizer_set_lr(ob, loom_lr_at(&sc, step));
+    cr_assert_eq(loom_optimizer_step(oa), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_step(ob), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_get_lr(oa), loom_lr_at(&sc, step), "step %d ran with lr %g", step,
+                 loom_optimizer_get_lr(oa));
+  }
+  cr_assert_eq(loom_optimizer_set_schedule(oa, NULL, 0), LOOM_OK);  /* detached: set_lr rules again */
+  loom_optimizer_set_lr(oa, 0.0);
+  set_grad(a, g);
+  cr_assert_eq(loom_optimizer_step(oa), LOOM_OK);
+  cr_assert_eq(loom_optimizer_get_lr(oa), 0.0);
+  float va[3], vb[3];
+  cr_assert_eq(loom_to_host(a, va, sizeof va, LOOM_F32), LOOM_OK);
+  cr_assert_eq(loom_to_host(b, vb, sizeof vb, LOOM_F32), LOOM_OK);
+  for (int i = 0; i < 3; i++) cr_assert_eq(va[i], vb[i], "element %d: %.9g vs %.9g", i, va[i], vb[i]);
+  cr_assert_neq(va[0], (float)init[0]);
+  cr_assert_eq(loom_optimizer_set_schedule(oa, &sc, -1), LOOM_ERR_INVALID_ARG);
+  cr_assert(strstr(loom_last_error(), "step is -1"), "%s", loom_last_error());
+  loom_lr_schedule old = sc;
+  old.size = 16;
+  cr_assert_eq(loom_optimizer_set_schedule(oa, &old, 0), LOOM_ERR_INVALID_ARG);
+  cr_assert(strstr(loom_last_error(), "schedule.size"), "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_set_schedule(NULL, &sc, 0), LOOM_ERR_INVALID_ARG);
+  loom_optimizer_free(oa);
+  loom_optimizer_free(ob);
+  loom_scope_end();
   tk_leak_check();
 }
 

@@ -130,5 +130,18 @@ LOOM_API loom_lr_schedule loom_lr_one_cycle(double max_lr, int64_t warmup_steps,
 /* The learning rate for step (0-based). */
 LOOM_API double loom_lr_at(const loom_lr_schedule *s, int64_t step);
 
+/* Attach a schedule to the optimizer (s NULL detaches; s is copied): from
+ * then on every loom_optimizer_step, and every step the loss scaler skips,
+ * sets each group's lr to the schedule's value at the next position (as
+ * loom_optimizer_set_lr would; a set_lr in between is overridden) and moves
+ * the position on by one. `step` is the position of the next step: 0 for a
+ * new run, the restored step count after loading a checkpoint. On a GPU the
+ * lr is evaluated on the device from a device-side position, so a captured
+ * CUDA graph (graph.h) replays every step with that step's lr and no host
+ * call; loom_optimizer_get_lr then tells the lr of the last step the host
+ * itself ran (replays run without it). Errors: s->size is not
+ * sizeof(loom_lr_schedule), step < 0. */
+LOOM_API loom_status loom_optimizer_set_schedule(loom_optimizer *o, const loom_lr_schedule *s, int64_t step);
+
 LOOM_EXTERN_C_END
 #endif

@@ -327,6 +327,8 @@ loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipp
      * also refreshes the low-precision copies. */
     loom_status st = loom_optimizer_step(o);
     if (st != LOOM_OK) return st;
+  } else {
+    loom_optimizer_schedule_skip(o);  /* an attached schedule counts skipped steps too */
   }
   update_scale(s, inf);
   if (skipped) *skipped = inf;

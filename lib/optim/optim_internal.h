@@ -3,6 +3,7 @@
 #define LOOM_OPTIM_INTERNAL_H
 
 #include "loom/optim.h"
+#include "optim/lr_eval.h"
 #include "optim/optim_kernels.h"
 #include "tensor/tensor_internal.h"
 
@@ -56,7 +57,20 @@ struct loom_optimizer {
    * by offload_inner on the CPU; this object keeps no state of its own. */
   struct loom_optimizer *offload_inner;
   loom_tensor **host_params;
+  /* An attached LR schedule (loom_optimizer_set_schedule): each step takes
+   * the lr of sched_step, then counts it, taken or skipped. On CUDA the
+   * device keeps its own copy of the position (so graph replays advance
+   * it); sched_reseed asks the next CUDA step to overwrite that copy. */
+  bool has_sched, sched_reseed;
+  loom_lr_schedule sched;
+  int64_t sched_step;
 };
+
+/* lr_schedule.c: a schedule's fields in the shared formula's form. */
+loom_lr_params loom_lr_params_of(const loom_lr_schedule *s);
+/* A step the loss scaler skipped without calling the optimizer (the CPU
+ * path): an attached schedule still moves on, as PyTorch's does. */
+void loom_optimizer_schedule_skip(loom_optimizer *o);
 
 /* optim_offload.c: a host copy of parameter p (f32, contiguous, no scope). */
 loom_tensor *loom_offload_param_copy(loom_tensor *p);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "loom/device.h"
 #include "loom/dtype.h"
+#include "optim/lr_eval.h"
 
 typedef struct loom_param_group {
   int n;
@@ -56,6 +57,12 @@ typedef struct loom_opt_cuda_args {
   const int *group_of;
   int n_groups;
   const float *group_lr, *group_wd;
+  /* An attached schedule (NULL: none): every group's lr is evaluated on the
+   * device from the device's schedule position, which advances every step,
+   * skipped or not; sched_reseed: first set that position to sched_step. */
+  const loom_lr_params *sched;
+  int64_t sched_step;
+  bool sched_reseed;
 } loom_opt_cuda_args;
 loom_status loom_cuda_sgd_step(loom_device dev, const loom_param_group *g, const loom_sgd_hparams *h,
                                const loom_opt_cuda_args *a);

@@ -268,15 +268,23 @@ static loom_status cuda_step(loom_optimizer *o, loom_param_group *g, const int *
     while (idx[k] >= o->groups[gi].first + o->groups[gi].n) gi++;
     o->scratch.grp[k] = gi;
   }
-  loom_opt_cuda_args a = {&o->cuda, o->n, idx, o->param_steps, o->steps,
-                          o->adamw.beta1, o->adamw.beta2, skip, o->scratch.grp, o->n_groups, glr, gwd};
+  loom_lr_params sp = loom_lr_params_of(&o->sched);
+  loom_opt_cuda_args a = {&o->cuda,     o->n,          idx,       o->param_steps,
+                          o->steps,     o->adamw.beta1, o->adamw.beta2, skip,
+                          o->scratch.grp, o->n_groups, glr,       gwd,
+                          o->has_sched ? &sp : NULL, o->sched_step, o->sched_reseed};
+  loom_status st;
   if (o->kind == LOOM_OPTIM_SGD) {
     loom_sgd_hparams h = {glr[0], (float)o->sgd.momentum, (float)o->sgd.dampening, gwd[0], o->sgd.nesterov, 0};
     if (o->sgd.momentum <= 0) g->buf1 = NULL;
-    return loom_cuda_sgd_step(o->device, g, &h, &a);
+    st = loom_cuda_sgd_step(o->device, g, &h, &a);
+  } else {
+    loom_adamw_hparams h = {glr[0], (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps, gwd[0], 1.0f, 1.0f};
+    st = loom_cuda_adamw_step(o->device, g, &h, &a);
   }
-  loom_adamw_hparams h = {glr[0], (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps, gwd[0], 1.0f, 1.0f};
-  return loom_cuda_adamw_step(o->device, g, &h, &a);
+  /* No gradients: nothing launched moved the device's schedule position. */
+  if (st == LOOM_OK && o->has_sched) o->sched_reseed = g->n == 0;
+  return st;
 }
 #endif
 
@@ -386,13 +394,39 @@ static loom_status optimizer_step(loom_optimizer *o, const int32_t *skip) {
 /* The step in a profiler / NVTX range (device-timed on the optimizer's device). */
 loom_status loom_optimizer_step_guarded(loom_optimizer *o, const int32_t *skip) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_step: optimizer is NULL");
-  if (o->offload_inner) return loom_offload_optimizer_step(o, skip);
-  loom_prof_range pr = LOOM_PROF_RANGE_INIT;
-  if (LOOM_PROF_ACTIVE())
-    loom_prof_begin_device(&pr, LOOM_PROF_CAT_OPTIMIZER, o->kind == LOOM_OPTIM_SGD ? "sgd step" : "adamw step", o->device);
-  loom_status st = optimizer_step(o, skip);
-  loom_prof_end(&pr, 0.0, 0);
+  if (o->has_sched) loom_optimizer_set_lr(o, loom_lr_at(&o->sched, o->sched_step));
+  loom_status st;
+  if (o->offload_inner) {
+    st = loom_offload_optimizer_step(o, skip);
+  } else {
+    loom_prof_range pr = LOOM_PROF_RANGE_INIT;
+    if (LOOM_PROF_ACTIVE())
+      loom_prof_begin_device(&pr, LOOM_PROF_CAT_OPTIMIZER, o->kind == LOOM_OPTIM_SGD ? "sgd step" : "adamw step",
+                             o->device);
+    st = optimizer_step(o, skip);
+    loom_prof_end(&pr, 0.0, 0);
+  }
+  if (st == LOOM_OK && o->has_sched) o->sched_step++;
   return st;
+}
+
+void loom_optimizer_schedule_skip(loom_optimizer *o) {
+  if (o && o->has_sched) o->sched_step++;
+}
+
+loom_status loom_optimizer_set_schedule(loom_optimizer *o, const loom_lr_schedule *s, int64_t step) {
+  if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_set_schedule: optimizer is NULL");
+  if (s && s->size != sizeof *s)
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_set_schedule: schedule.size is %u but this loom expects %zu "
+                          "(make it with loom_lr_constant/step/cosine/one_cycle)", s->size, sizeof *s);
+  if (step < 0) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_set_schedule: step is %lld (need >= 0)", (long long)step);
+  o->has_sched = s != NULL;
+  if (!s) return LOOM_OK;
+  o->sched = *s;
+  o->sched_step = step;
+  o->sched_reseed = true;
+  loom_optimizer_set_lr(o, loom_lr_at(s, step));
+  return LOOM_OK;
 }
 
 loom_status loom_optimizer_step(loom_optimizer *o) { return loom_optimizer_step_guarded(o, NULL); }

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include "optim/lr_eval.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +83,10 @@ cudaError_t loom_cu_cross_entropy_bw(int dt, const float *gy, const void *x, int
 cudaError_t loom_cu_rng_fill(int normal, uint64_t seed, uint64_t offset, void *out, int dt, int64_t n, float a,
                              float b, cudaStream_t s);
 
+/* n host bytes to device memory through kernel arguments (write_bytes.cu):
+ * the capture-safe form of a small upload. */
+cudaError_t loom_cu_write_bytes(void *dst, const void *src, size_t n, cudaStream_t s);
+
 /* Fused multi-tensor optimizer updates: one launch for every tensor listed
  * in the device array `tensors` (n entries; the table stays in device
  * memory between steps and is re-uploaded only when it changes). */
@@ -111,6 +116,11 @@ typedef struct loom_cu_opt_dev {
   int64_t bc_len;
   double beta1, beta2;
   const int32_t *skip;  /* NULL: never skip */
+  /* An attached LR schedule: every group's lr is sched's value at
+   * counts[n_params + 1], which the commit advances every step (skipped or
+   * not, like a host-side scheduler). has_sched 0: h.group_lr. */
+  int has_sched;
+  loom_lr_params sched;
 } loom_cu_opt_dev;
 
 #define LOOM_CU_OPT_MAX_GROUPS 8
@@ -128,7 +138,8 @@ typedef struct loom_cu_opt_hparams {
 
 #define LOOM_CU_OPT_CHUNK 4096  /* elements per block */
 /* The update, then (stream-ordered) the count commit: counts[pidx] += 1 for
- * every listed tensor and counts[n_params] += 1, unless *skip. */
+ * every listed tensor and counts[n_params] += 1, unless *skip; and
+ * counts[n_params + 1] += 1 with a schedule, always. */
 cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
                                loom_cu_opt_hparams h, loom_cu_opt_dev d, cudaStream_t s);
 

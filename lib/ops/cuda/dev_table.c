@@ -6,6 +6,8 @@
 
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
+#include "loom/graph.h"
+#include "ops/cuda/cuda_launch.h"
 #include "ops/cuda/dev_table.h"
 
 struct loom_dev_table {
@@ -44,9 +46,12 @@ loom_status loom_dev_table_sync(loom_dev_table **tp, loom_device dev, const void
   LOOM_TRY(loom_alloc_malloc(dev, bytes ? bytes : 1, s, &d));
   memcpy(t->host, host, bytes);
   /* From pageable memory: staged before the call returns, so t->host may
-   * change next time without waiting. */
-  cudaError_t e = bytes ? cudaMemcpyAsync(d, t->host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)loom_stream_native(s))
-                        : cudaSuccess;
+   * change next time without waiting. While a graph is captured the bytes
+   * travel as kernel arguments instead (write_bytes.cu says why). */
+  cudaStream_t cs = (cudaStream_t)loom_stream_native(s);
+  cudaError_t e = !bytes                  ? cudaSuccess
+                  : loom_graph_capturing() ? loom_cu_write_bytes(d, t->host, bytes, cs)
+                                           : cudaMemcpyAsync(d, t->host, bytes, cudaMemcpyHostToDevice, cs);
   if (e != cudaSuccess) {
     loom_alloc_free(dev, d);
     t->bytes = 0;

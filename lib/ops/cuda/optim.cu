@@ -8,7 +8,9 @@
  * What changes from step to step lives on the device (loom_cu_opt_dev):
  * each parameter's update count, read here to decide SGD's first step and
  * AdamW's bias corrections, and committed by a second tiny kernel; and the
- * loss scaler's skip flag, which both kernels read first. So a step never
+ * loss scaler's skip flag, which both kernels read first; and an attached LR
+ * schedule's position, from which the update evaluates its lr (lr_eval.h,
+ * the host's formula). So a step never
  * needs the host to know whether the previous one was skipped, and the
  * launches take only fixed addresses (capture-friendly). */
 #include <math.h>
@@ -43,7 +45,8 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
    * sum rounded on its own (__fmul_rn/__fadd_rn): nvcc would otherwise
    * contract them into FMAs, and the update would drift from the CPU's by
    * an ulp per step. AdamW multiplies by 1/sqrt(bc2), as the CPU does. */
-  const float lr = h.group_lr[t.group], wd = h.group_wd[t.group];
+  const float lr = d.has_sched ? (float)loom_lr_eval(&d.sched, d.counts[d.n_params + 1]) : h.group_lr[t.group];
+  const float wd = h.group_wd[t.group];
   const float step_size = lr / bc1;
   const float inv_bc2_sqrt = 1.0f / sqrtf(bc2);
   const float decay = __fsub_rn(1.0f, __fmul_rn(lr, wd));
@@ -76,6 +79,7 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
 /* After the update (same stream): one more update for every listed
  * parameter and for the optimizer, unless the step was skipped. */
 __global__ void k_optim_commit(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_dev d) {
+  if (d.has_sched && blockIdx.x == 0 && threadIdx.x == 0) d.counts[d.n_params + 1] += 1;
   if (d.skip && *d.skip) return;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) d.counts[ts[i].pidx] += 1;
   if (blockIdx.x == 0 && threadIdx.x == 0) d.counts[d.n_params] += 1;

@@ -18,6 +18,7 @@
 
 #include "alloc/alloc.h"
 #include "device/sync_stats.h"
+#include "loom/graph.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/dev_table.h"
 #include "optim/optim_kernels.h"
@@ -27,7 +28,7 @@
 struct loom_opt_cuda {
   loom_device dev;
   int n_params;
-  int64_t *counts;        /* device: [n_params] per parameter, then the step count */
+  int64_t *counts;        /* device: [n_params] per parameter, the step count, the schedule position */
   float *bc;              /* device: bc1[bc_len] then bc2[bc_len] (AdamW), else NULL */
   int64_t bc_len;
   double beta1, beta2;
@@ -63,13 +64,14 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
   s->beta2 = a->beta2;
   loom_stream *ls = loom_stream_current(c->dev);
   loom_status st = ls ? LOOM_OK : loom_last_status();
-  size_t cbytes = (size_t)(a->n_params + 1) * sizeof(int64_t);
+  size_t cbytes = (size_t)(a->n_params + 2) * sizeof(int64_t);
   int64_t *hc = malloc(cbytes);
   float *hb = NULL;
   if (!hc) st = loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
   if (st == LOOM_OK) {
     for (int i = 0; i < a->n_params; i++) hc[i] = a->host_counts ? a->host_counts[i] : 0;
     hc[a->n_params] = a->host_steps;
+    hc[a->n_params + 1] = a->sched_step;
     st = loom_alloc_malloc(c->dev, cbytes, ls, (void **)&s->counts);
   }
   if (st == LOOM_OK) st = upload(c, s->counts, hc, cbytes, "cudaMemcpyAsync(optimizer counts)");
@@ -133,8 +135,17 @@ static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_c
   for (int k = 0; a->group_of && k < a->n_groups; k++) h.group_lr[k] = a->group_lr[k], h.group_wd[k] = a->group_wd[k];
   loom_cuda_ctx *c = loom_cuda_ctx_get(dev);
   if (!c) return loom_last_status();
-  if (!*a->state) LOOM_TRY(state_new(c, a, h.kind == 1, a->state));
+  bool fresh = !*a->state;
+  if (fresh) LOOM_TRY(state_new(c, a, h.kind == 1, a->state));
   loom_opt_cuda *s = *a->state;
+  if (a->sched && a->sched_reseed && !fresh) {
+    /* Not while capturing: the position would be re-set at every replay. */
+    if (loom_graph_capturing())
+      return loom_set_error(LOOM_ERR_STATE, "optimizer step: loom_optimizer_set_schedule was called since the last "
+                            "step; take one step outside the graph capture first");
+    LOOM_TRY(upload(c, s->counts + s->n_params + 1, &a->sched_step, sizeof a->sched_step,
+                    "cudaMemcpyAsync(schedule position)"));
+  }
   if (g->n > s->host_cap) {
     loom_cu_opt_tensor *nt = realloc(s->host_tab, (size_t)g->n * sizeof *nt);
     if (!nt) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
@@ -171,6 +182,8 @@ static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_c
   d.beta1 = s->beta1;
   d.beta2 = s->beta2;
   d.skip = a->skip;
+  d.has_sched = a->sched != NULL;
+  if (a->sched) d.sched = *a->sched;
   LOOM_LAUNCH_CHECK(loom_cu_optim_step(dtab, g->n, chunks, h, d, c->stream));
   return LOOM_OK;
 }
