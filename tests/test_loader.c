@@ -2,7 +2,10 @@
  * batches for any workers/prefetch, exactly-once epochs (with drop_last and
  * sharding), transforms, worker errors reaching the consumer without a hang,
  * teardown mid-epoch (run it under ASan and TSan), batches released from
- * other threads and after the loader is gone, metrics and option checks. */
+ * other threads and after the loader is gone, metrics and option checks;
+ * loom_loader_next_into (the same stream as loom_loader_next, copied into the
+ * caller's tensors; argument checks that take no batch; on a GPU, feeding a
+ * captured graph). */
 #include <math.h>
 #include "support/criterion_or_tsan.h"
 #include <math.h>
@@ -14,6 +17,9 @@
 #include "data/data_internal.h"
 #include "loom/tensor.h"
 #include "loom/prof.h"
+#include "loom/ops.h"
+#include "loom/graph.h"
+#include "device/sync_stats.h"
 
 /* ---- fixtures ------------------------------------------------------------------ */
 enum { C = 3, H = 8, W = 8, PIX = C * H * W };
@@ -687,4 +693,371 @@ Test(loader, profiled_epoch_records_worker_fills, .timeout = 60) {
   cr_assert_eq(waits, batches);
   cr_assert_geq(fills, batches);  /* and maybe some of the next epoch */
   loom_dataset_free(ds);
+}
+
+/* ---- next_into: batches copied into the caller's tensors ------------------------- */
+/* Skip (or fail, when LOOM_TEST_DEVICE=cuda insists) without a usable GPU,
+ * like testkit's tk_require_device. A macro, not testkit: this file also
+ * runs under the TSan shim, where skipping is a return from the test body. */
+#define REQUIRE_CUDA0()                                                                                    \
+  do {                                                                                                     \
+    if (loom_device_count(LOOM_CUDA) < 1) {                                                                \
+      const char *env_ = getenv("LOOM_TEST_DEVICE"), *why_ = loom_cuda_unavailable_reason();              \
+      if (!why_) why_ = "no CUDA device";                                                                  \
+      cr_assert(!(env_ && strncmp(env_, "cuda", 4) == 0), "LOOM_TEST_DEVICE=cuda insists on a GPU: %s", why_); \
+      cr_skip_test("CUDA unavailable: %s", why_);                                                          \
+    }                                                                                                      \
+  } while (0)
+
+enum { BS = 10 };  /* aug_options' batch size: image_ds(25) gives batches 10, 10, 5 */
+static const float k_sentinel_x = -7.0f;
+static const int64_t k_sentinel_y = -3;
+
+/* Append a delivered batch to r: n, then rows 0..n of x and y read back to
+ * the host (logical order, whatever the layout). */
+static void put_tensors(run *r, int64_t n, loom_tensor *x, loom_tensor *y) {
+  run_put(r, &n, sizeof n);
+  if (n == 0) return;
+  size_t xn = (size_t)loom_tensor_numel(x), yn = (size_t)loom_tensor_numel(y), row = xn / (size_t)loom_tensor_dim(x, 0);
+  float *hx = malloc(xn * sizeof *hx);
+  int64_t *hy = malloc(yn * sizeof *hy);
+  cr_assert(hx && hy);
+  cr_assert_eq(loom_to_host(x, hx, xn * sizeof *hx, LOOM_F32), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_to_host(y, hy, yn * sizeof *hy, LOOM_I64), LOOM_OK, "%s", loom_last_error());
+  run_put(r, hx, (size_t)n * row * sizeof *hx);
+  run_put(r, hy, (size_t)n * sizeof *hy);
+  /* Rows past n are the caller's: they must still hold the sentinel. */
+  for (size_t i = (size_t)n * row; i < xn; i++) cr_assert_eq(hx[i], k_sentinel_x, "x element %zu (n %lld)", i, (long long)n);
+  for (size_t i = (size_t)n; i < yn; i++) cr_assert_eq(hy[i], k_sentinel_y, "y row %zu (n %lld)", i, (long long)n);
+  free(hx);
+  free(hy);
+}
+
+/* One loom_loader_next call, recorded (n 0 at the end of the epoch). */
+static int64_t step_next(loom_loader *l, run *r) {
+  loom_scope_begin();
+  loom_tensor *x = NULL, *y = NULL;
+  cr_assert_eq(loom_loader_next(l, &x, &y), LOOM_OK, "%s", loom_last_error());
+  int64_t n = x ? loom_tensor_dim(x, 0) : 0;
+  if (x) {
+    /* put_tensors checks rows past n: the batch has none. */
+    put_tensors(r, n, x, y);
+  } else {
+    run_put(r, &n, sizeof n);
+  }
+  loom_scope_end();
+  return n;
+}
+
+/* One loom_loader_next_into call into x, y (refilled with the sentinel
+ * first), recorded; it must not make the host wait for the device. */
+static int64_t step_into(loom_loader *l, loom_tensor *x, loom_tensor *y, run *r) {
+  cr_assert_eq(loom_fill_(x, k_sentinel_x), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_fill_(y, (double)k_sentinel_y), LOOM_OK, "%s", loom_last_error());
+  int64_t n = -1;
+  loom_sync_counts before = loom_sync_counts_get();
+  cr_assert_eq(loom_loader_next_into(l, x, y, &n), LOOM_OK, "%s", loom_last_error());
+  loom_sync_counts after = loom_sync_counts_get();
+  cr_assert_eq(loom_sync_waits_between(&before, &after), 0, "next_into made the host wait for the device");
+  cr_assert(n >= 0 && n <= BS, "n = %lld", (long long)n);
+  if (n) put_tensors(r, n, x, y);
+  else run_put(r, &n, sizeof n);
+  return n;
+}
+
+static void assert_same_runs(const run *a, const run *b, const char *what) {
+  cr_assert_eq(a->len, b->len, "%s: %zu vs %zu bytes", what, a->len, b->len);
+  cr_assert_eq(memcmp(a->bytes, b->bytes, a->len), 0, "%s: batches differ", what);
+}
+
+static void assert_same_position(loom_loader *a, loom_loader *b, int k) {
+  int64_t ea, ba, eb, bb;
+  cr_assert_eq(loom_loader_position(a, &ea, &ba), LOOM_OK);
+  cr_assert_eq(loom_loader_position(b, &eb, &bb), LOOM_OK);
+  cr_assert(ea == eb && ba == bb, "call %d: position (%lld, %lld) vs (%lld, %lld)", k, (long long)ea, (long long)ba,
+            (long long)eb, (long long)bb);
+}
+
+/* x and y shaped like the loader's full batches (x channels-last if asked). */
+static void into_buffers(loom_device dev, bool channels_last, loom_tensor **x, loom_tensor **y) {
+  const int64_t xs[4] = {BS, C, H, W}, ys[1] = {BS};
+  *x = loom_zeros(4, xs, LOOM_F32, dev);
+  if (channels_last && *x) *x = loom_to_memory_format(*x, LOOM_FORMAT_NHWC);
+  *y = loom_empty(1, ys, LOOM_I64, dev);
+  cr_assert(*x && *y, "%s", loom_last_error());
+  if (channels_last) cr_assert(loom_tensor_is_channels_last(*x));
+}
+
+/* Two identical loaders (shuffle, 2 workers, crop/flip/normalize, short last
+ * batch): next on one, next_into on the other, over two epochs, their ends
+ * and the start of a third: same bytes, same n, same positions and stats. */
+static void into_matches_next(loom_device dev, bool channels_last) {
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  o.device = dev;
+  o.channels_last = channels_last;
+  loom_loader *a = loom_loader_new(ds, &o), *b = loom_loader_new(ds, &o);
+  cr_assert(a && b, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *x, *y;
+  into_buffers(dev, channels_last, &x, &y);
+  run ra = {0}, rb = {0};
+  const int64_t want[9] = {10, 10, 5, 0, 10, 10, 5, 0, 10};
+  for (int k = 0; k < 9; k++) {
+    cr_assert_eq(step_next(a, &ra), want[k], "call %d", k);
+    cr_assert_eq(step_into(b, x, y, &rb), want[k], "call %d", k);
+    assert_same_position(a, b, k);
+  }
+  cr_assert_eq(loom_loader_epoch(b), 2);
+  assert_same_runs(&ra, &rb, "next vs next_into");
+  loom_loader_stats sa = {.size = sizeof sa}, sb = {.size = sizeof sb};
+  cr_assert_eq(loom_loader_stats_get(a, &sa), LOOM_OK);
+  cr_assert_eq(loom_loader_stats_get(b, &sb), LOOM_OK);
+  cr_assert(sa.batches == sb.batches && sa.samples == sb.samples && sb.batches == 7 && sb.samples == 60,
+            "stats: %lld/%lld batches, %lld/%lld samples", (long long)sa.batches, (long long)sb.batches,
+            (long long)sa.samples, (long long)sb.samples);
+  loom_scope_end();
+  free(ra.bytes);
+  free(rb.bytes);
+  loom_loader_free(a);
+  loom_loader_free(b);
+  loom_dataset_free(ds);
+}
+
+/* next and next_into interleaved on one loader = next alone on another. */
+static void interleaved_equals_next_only(loom_device dev) {
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  o.device = dev;
+  loom_loader *a = loom_loader_new(ds, &o), *b = loom_loader_new(ds, &o);
+  cr_assert(a && b, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *x, *y;
+  into_buffers(dev, false, &x, &y);
+  run ra = {0}, rb = {0};
+  for (int k = 0; k < 12; k++) {
+    int64_t na = step_next(a, &ra);
+    int64_t nb = k % 3 == 1 ? step_next(b, &rb) : step_into(b, x, y, &rb);
+    cr_assert_eq(na, nb, "call %d", k);
+    assert_same_position(a, b, k);
+  }
+  assert_same_runs(&ra, &rb, "interleaved vs next only");
+  loom_scope_end();
+  free(ra.bytes);
+  free(rb.bytes);
+  loom_loader_free(a);
+  loom_loader_free(b);
+  loom_dataset_free(ds);
+}
+
+Test(loader_into, matches_next_over_epochs_with_a_short_last_batch, .timeout = 60) {
+  into_matches_next(loom_cpu(), false);
+}
+Test(loader_into, matches_next_with_channels_last_batches, .timeout = 60) {
+  into_matches_next(loom_cpu(), true);
+}
+Test(loader_into, interleaved_with_next_gives_the_same_stream, .timeout = 60) {
+  interleaved_equals_next_only(loom_cpu());
+}
+
+/* Each malformed call fails with INVALID_ARG naming the argument and takes
+ * no batch: the following good call delivers the batch that was due. */
+Test(loader_into, malformed_arguments_are_rejected_and_take_no_batch, .timeout = 60) {
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  loom_loader *a = loom_loader_new(ds, &o), *b = loom_loader_new(ds, &o);
+  cr_assert(a && b, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *x, *y;
+  into_buffers(loom_cpu(), false, &x, &y);
+  const int64_t s_w[4] = {BS, C, H, W - 1}, s_b[4] = {BS - 1, C, H, W}, s_x[4] = {BS, C, H, W}, s_3[3] = {BS, C, H * W};
+  const int64_t s_y9[1] = {BS - 1}, s_y2[2] = {BS, 1};
+  loom_tensor *x_shape = loom_empty(4, s_w, LOOM_F32, loom_cpu());
+  loom_tensor *x_batch = loom_empty(4, s_b, LOOM_F32, loom_cpu());
+  loom_tensor *x_rank = loom_empty(3, s_3, LOOM_F32, loom_cpu());
+  loom_tensor *x_dtype = loom_empty(4, s_x, LOOM_U8, loom_cpu());
+  loom_tensor *x_nhwc = loom_to_memory_format(loom_zeros(4, s_x, LOOM_F32, loom_cpu()), LOOM_FORMAT_NHWC);
+  loom_tensor *y_i32 = loom_empty(1, (const int64_t[1]){BS}, LOOM_I32, loom_cpu());
+  loom_tensor *y_short = loom_empty(1, s_y9, LOOM_I64, loom_cpu());
+  loom_tensor *y_rank = loom_empty(2, s_y2, LOOM_I64, loom_cpu());
+  cr_assert(x_shape && x_batch && x_rank && x_dtype && x_nhwc && y_i32 && y_short && y_rank, "%s", loom_last_error());
+  struct {
+    loom_tensor *x, *y;
+    bool null_n;
+    const char *frag1, *frag2;
+  } bad[] = {
+      {x_shape, y, false, "x has shape [10, 3, 8, 7]", "[10, 3, 8, 8]"},
+      {x_batch, y, false, "x has shape [9, 3, 8, 8]", "[10, 3, 8, 8]"},
+      {x_rank, y, false, "x has shape", "[10, 3, 8, 8]"},
+      {x_dtype, y, false, "x has dtype u8", "f32"},
+      {x_nhwc, y, false, "x must be contiguous", "strides"},
+      {x, y_i32, false, "y has dtype i32", "i64"},
+      {x, y_short, false, "y has shape [9]", "[10]"},
+      {x, y_rank, false, "y has shape [10, 1]", "[10]"},
+      {x, y, true, "n is NULL", "loom_loader_next_into"},
+      {NULL, y, false, "x is NULL", "loom_loader_next_into"},
+  };
+  run ra = {0}, rb = {0};
+  int nbad = (int)(sizeof bad / sizeof bad[0]);
+  for (int k = 0; k < nbad; k++) {
+    int64_t n = 99;
+    loom_status st = loom_loader_next_into(b, bad[k].x, bad[k].y, bad[k].null_n ? NULL : &n);
+    cr_assert_eq(st, LOOM_ERR_INVALID_ARG, "case %d: %s", k, loom_status_name(st));
+    cr_assert_not_null(strstr(loom_last_error(), bad[k].frag1), "case %d: '%s' lacks '%s'", k, loom_last_error(),
+                       bad[k].frag1);
+    cr_assert_not_null(strstr(loom_last_error(), bad[k].frag2), "case %d: '%s' lacks '%s'", k, loom_last_error(),
+                       bad[k].frag2);
+    if (!bad[k].null_n) cr_assert_eq(n, 0, "case %d", k);
+    /* The batch that was due, on both loaders. */
+    cr_assert_eq(step_next(a, &ra), step_into(b, x, y, &rb), "after case %d", k);
+    assert_same_position(a, b, k);
+  }
+  int64_t n = 99;
+  cr_assert_eq(loom_loader_next_into(NULL, x, y, &n), LOOM_ERR_INVALID_ARG);
+  cr_assert_not_null(strstr(loom_last_error(), "loader is NULL"), "%s", loom_last_error());
+  cr_assert_eq(n, 0);
+  assert_same_runs(&ra, &rb, "next vs next_into after rejected calls");
+  loom_scope_end();
+  free(ra.bytes);
+  free(rb.bytes);
+  loom_loader_free(a);
+  loom_loader_free(b);
+  loom_dataset_free(ds);
+}
+
+/* A channels-last loader wants a channels-last x; labels are optional. */
+Test(loader_into, channels_last_loader_wants_nhwc_x_and_y_may_be_null) {
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  o.channels_last = true;
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *xc, *xl, *y;
+  into_buffers(loom_cpu(), false, &xc, &y);
+  into_buffers(loom_cpu(), true, &xl, &y);
+  int64_t n = 99;
+  cr_assert_eq(loom_loader_next_into(l, xc, y, &n), LOOM_ERR_INVALID_ARG);
+  cr_assert_not_null(strstr(loom_last_error(), "x must be channels-last"), "%s", loom_last_error());
+  /* y NULL: labels skipped, the batch still counts. */
+  cr_assert_eq(loom_loader_next_into(l, xl, NULL, &n), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(n, BS);
+  int64_t e, bt;
+  cr_assert_eq(loom_loader_position(l, &e, &bt), LOOM_OK);
+  cr_assert(e == 0 && bt == 1);
+  loom_scope_end();
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* A loader in error returns its error to next_into too, every call. */
+Test(loader_into, loader_error_reaches_next_into, .timeout = 30) {
+  fail_ctx c = {.fail_at = 57};
+  loom_dataset *ds = failing_ds(&c, 200, true);
+  loom_loader_options o = loom_loader_options_default();
+  o.batch_size = BS;
+  o.workers = 2;
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  loom_scope_begin();
+  const int64_t xs[2] = {BS, 2}, ys[1] = {BS};
+  loom_tensor *x = loom_empty(2, xs, LOOM_F32, loom_cpu()), *y = loom_empty(1, ys, LOOM_I64, loom_cpu());
+  int64_t n;
+  for (int k = 0; k < 5; k++) {
+    cr_assert_eq(loom_loader_next_into(l, x, y, &n), LOOM_OK, "batch %d: %s", k, loom_last_error());
+    cr_assert_eq(n, BS);
+    cr_assert_float_eq(((float *)loom_tensor_data(x))[0], (float)(k * BS), 0.0f);
+    cr_assert_eq(((int64_t *)loom_tensor_data(y))[BS - 1], k * BS + BS - 1);
+  }
+  for (int k = 0; k < 2; k++) {
+    n = 99;
+    cr_assert_eq(loom_loader_next_into(l, x, y, &n), LOOM_ERR_IO);
+    cr_assert_not_null(strstr(loom_last_error(), "disk on fire"), "%s", loom_last_error());
+    cr_assert_eq(n, 0);
+  }
+  loom_scope_end();
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* ---- the same on a GPU (skipped without one) ------------------------------------ */
+Test(loader_cuda, next_into_matches_next, .timeout = 120) {
+  REQUIRE_CUDA0();
+  into_matches_next(loom_cuda(0), false);
+  into_matches_next(loom_cuda(0), true);
+  interleaved_equals_next_only(loom_cuda(0));
+}
+
+Test(loader_cuda, next_into_rejects_a_tensor_on_another_device, .timeout = 60) {
+  REQUIRE_CUDA0();
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  o.device = loom_cuda(0);
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *xh, *yh, *xd, *yd;
+  into_buffers(loom_cpu(), false, &xh, &yh);
+  into_buffers(loom_cuda(0), false, &xd, &yd);
+  int64_t n = 99;
+  cr_assert_eq(loom_loader_next_into(l, xh, yd, &n), LOOM_ERR_INVALID_ARG);
+  cr_assert_not_null(strstr(loom_last_error(), "x is on cpu"), "%s", loom_last_error());
+  cr_assert_eq(loom_loader_next_into(l, xd, yh, &n), LOOM_ERR_INVALID_ARG);
+  cr_assert_not_null(strstr(loom_last_error(), "y is on cpu"), "%s", loom_last_error());
+  cr_assert_eq(loom_loader_next_into(l, xd, yd, &n), LOOM_OK, "%s", loom_last_error());
+  int64_t e, bt;
+  cr_assert_eq(loom_loader_position(l, &e, &bt), LOOM_OK);
+  cr_assert(e == 0 && bt == 1 && n == BS);
+  loom_scope_end();
+  loom_loader_free(l);
+  loom_dataset_free(ds);
+}
+
+/* What next_into is for: a captured graph reads x; each step writes the next
+ * batch into x and replays. z = 2x must follow the batches of next exactly
+ * (the copy is ordered after the previous replay and before the next). */
+Test(loader_cuda, next_into_feeds_a_captured_graph, .timeout = 120) {
+  REQUIRE_CUDA0();
+  loom_device dev = loom_cuda(0);
+  const int64_t xs[4] = {BS, C, H, W};
+  loom_tensor *x = loom_zeros(4, xs, LOOM_F32, dev);
+  cr_assert_not_null(x, "%s", loom_last_error());
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *z = loom_mul_scalar(x, 2.0);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_not_null(z);
+  /* Loaders made after the capture: their pinned allocations stay out of it. */
+  loom_dataset *ds = image_ds(25);
+  loom_loader_options o = aug_options(2, 3);
+  o.device = dev;
+  loom_loader *a = loom_loader_new(ds, &o), *b = loom_loader_new(ds, &o);
+  cr_assert(a && b, "%s", loom_last_error());
+  size_t xn = (size_t)BS * PIX;
+  float *got = malloc(xn * sizeof *got), *want = malloc(xn * sizeof *want);
+  cr_assert(got && want);
+  for (int k = 0; k < 8; k++) {
+    int64_t n = -1;
+    cr_assert_eq(loom_loader_next_into(b, x, NULL, &n), LOOM_OK, "%s", loom_last_error());
+    loom_scope_begin();
+    loom_tensor *xa = NULL;
+    cr_assert_eq(loom_loader_next(a, &xa, NULL), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(n, xa ? loom_tensor_dim(xa, 0) : 0, "call %d", k);
+    if (n) {
+      cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+      cr_assert_eq(loom_to_host(z, got, xn * sizeof *got, LOOM_F32), LOOM_OK, "%s", loom_last_error());
+      cr_assert_eq(loom_to_host(xa, want, (size_t)n * PIX * sizeof *want, LOOM_F32), LOOM_OK, "%s", loom_last_error());
+      for (size_t i = 0; i < (size_t)n * PIX; i++)
+        cr_assert_eq(got[i], 2.0f * want[i], "call %d, element %zu: %g vs %g", k, i, got[i], 2.0f * want[i]);
+    }
+    loom_scope_end();
+  }
+  free(got);
+  free(want);
+  loom_loader_free(a);
+  loom_loader_free(b);
+  loom_dataset_free(ds);
+  loom_tensor_release(z);
+  loom_graph_free(g);
+  loom_tensor_release(x);
 }

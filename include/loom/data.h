@@ -27,7 +27,7 @@
  *
  * Threads: dataset calls may be made from several threads at once (the
  * loader's workers do). A loader is driven by one consumer thread
- * (loom_loader_next / start_epoch / free); loom_loader_stats and
+ * (loom_loader_next / next_into / start_epoch / free); loom_loader_stats and
  * loom_loader_num_batches may be called from any thread, and batch tensors may
  * be released from any thread. */
 #ifndef LOOM_DATA_H
@@ -170,6 +170,29 @@ LOOM_API loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_option
  * loader then returns it on every call until loom_loader_start_epoch, and can
  * always be freed. */
 LOOM_API loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y);
+
+/* The next batch copied INTO tensors the caller owns — e.g. the static input
+ * buffers of a captured CUDA graph (graph.h) — instead of fresh tensors.
+ * x receives the samples; y the labels when y is non-NULL and the dataset has
+ * labels (y NULL: labels are skipped; ignored for a dataset without labels).
+ * *n receives the number of samples delivered: batch_size, fewer for a short
+ * last batch (drop_last false: rows n.. of x and y are left untouched), and 0
+ * at the end of the epoch (as loom_loader_next's NULL; the next call starts
+ * the following epoch). It is the same stream as loom_loader_next — same
+ * batches, same order, same position (loom_loader_position, checkpoints) and
+ * stats — so the two calls may be interleaved freely.
+ * x must be on the loader's device, of its x_dtype, with shape
+ * [batch_size, sample shape...] and contiguous — or, when the loader delivers
+ * channels-last batches, channels-last (the strides a batch would have). y:
+ * [batch_size] of y_dtype, contiguous, on the same device. A mismatch (or a
+ * NULL loader, x or n) is LOOM_ERR_INVALID_ARG with a message naming the
+ * argument and what was expected against what was given, and takes no batch.
+ * On a GPU the copy is device to device on the device's current stream:
+ * ordered after work queued there before the call (a graph replay still
+ * reading x) and before work queued after it; the host never waits for the
+ * device, so it may run between graph replays. On the CPU it is a memcpy.
+ * A loader in error returns that error, as loom_loader_next does. */
+LOOM_API loom_status loom_loader_next_into(loom_loader *l, loom_tensor *x, loom_tensor *y, int64_t *n);
 
 /* Restart at the beginning of `epoch` (discarding batches prefetched for the
  * current one; the shuffle and transforms of an epoch depend only on the seed

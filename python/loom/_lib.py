@@ -269,6 +269,7 @@ _SIGNATURES = {
     "loom_loader_options_default": (LoaderOptions, []),
     "loom_loader_new": (P, [P, C.POINTER(LoaderOptions)]),
     "loom_loader_next": (ST, [P, C.POINTER(P), C.POINTER(P)]),
+    "loom_loader_next_into": (ST, [P, P, P, I64P]),
     "loom_loader_start_epoch": (ST, [P, C.c_int64]),
     "loom_loader_epoch": (C.c_int64, [P]),
     "loom_loader_position": (ST, [P, I64P, I64P]),

@@ -137,6 +137,17 @@ class Loader:
             return None
         return Tensor(x.value), (Tensor(y.value) if y.value else None)
 
+    def next_into(self, x, y=None):
+        """Copy the next batch into tensors you own (e.g. a captured graph's
+        static inputs), as loom_loader_next_into: x is [batch_size, sample
+        shape...] of the loader's x dtype on its device, y (optional)
+        [batch_size] of its y dtype. Returns the number of samples written
+        (0 at the end of the epoch; rows past it are left untouched). Shares
+        the stream of batches with next()."""
+        n = C.c_int64()
+        check(lib.loom_loader_next_into(self._h, x.handle, y.handle if y is not None else None, C.byref(n)))
+        return n.value
+
     def __iter__(self):
         while True:
             b = self.next()

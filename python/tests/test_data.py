@@ -39,6 +39,29 @@ def test_seek_repeats_batches(no_leak):
     del loader
 
 
+def test_next_into_fills_my_tensors_like_next(no_leak):
+    x = np.arange(21 * 3, dtype=np.float32).reshape(21, 3)
+    y = np.arange(21, dtype=np.int64)
+    ds = loom.Dataset.from_arrays(x, y)
+    a = loom.Loader(ds, batch_size=8, shuffle=True, seed=5, workers=2)
+    b = loom.Loader(ds, batch_size=8, shuffle=True, seed=5, workers=2)
+    bx, by = loom.full((8, 3), -1.0), loom.full((8,), -1, dtype=loom.int64)
+    for expect in (8, 8, 5, 0, 8):
+        ref = a.next()
+        n = b.next_into(bx, by)
+        assert n == expect
+        if ref is None:
+            continue
+        np.testing.assert_array_equal(bx.numpy()[:n], ref[0].numpy())
+        np.testing.assert_array_equal(by.numpy()[:n], ref[1].numpy())
+    assert b.position() == a.position()
+    with pytest.raises(loom.Error) as e:
+        b.next_into(loom.zeros(7, 3), by)
+    assert e.value.status_name == "LOOM_ERR_INVALID_ARG" and "x has shape [7, 3]" in e.value.message
+    assert b.position() == a.position()  # the bad call took no batch
+    del a, b, bx, by
+
+
 def test_python_callback_dataset(no_leak):
     calls = []
 
