@@ -253,6 +253,11 @@ for prec in fp32 fp16 bf16; do
   step "mnist_$prec" --gpu --needs "$B/examples/loom-mnist" --timeout 240 -- \
     "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42 --quiet --precision $prec"
 done
+# The whole step as one CUDA graph, trainer-level: samples/s of each line vs the eager mnist_fp32/fp16 runs.
+for prec in fp32 fp16; do
+  step "mnist_${prec}_cuda_graph" --gpu --needs "$B/examples/loom-mnist" --timeout 240 -- \
+    "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42 --precision $prec --cuda-graph"
+done
 # The profiler with CUDA-event device time: its summary (in logs.txt) must show device slices.
 step mnist_profile --gpu --needs "$B/examples/loom-mnist" --timeout 180 -- \
   "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42 --quiet --profile '$B/gpu-trace.json' --logdir '$B/gpu-logs'"

@@ -3,11 +3,16 @@
  * back to the graph's pool when freed), capture-unsafe calls (host waits,
  * pinned allocations) turning capture_end into an error that names the op,
  * a whole MLP + AdamW training step being capture-safe on the CPU, and on a
- * GPU (LOOM_TEST_DEVICE=cuda) a captured op replayed on new inputs. */
+ * GPU (LOOM_TEST_DEVICE=cuda) a captured op replayed on new inputs and a
+ * whole mixed-precision training step replayed for 46 steps against the
+ * eager run. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
 
 #include "alloc/alloc.h"
 #include "device/graph_capture.h"
+#include "device/sync_stats.h"
 #include "support/testkit.h"
 
 static loom_memory_stats cpu_stats(void) {
@@ -148,5 +153,121 @@ Test(graph_cuda, captured_op_replays_on_new_inputs) {
   loom_tensor_release(y);
   loom_graph_free(g);
   loom_tensor_release(x);
+  tk_leak_check();
+}
+
+/* ---- a whole training step, graph vs eager (GPU) ---------------------------- */
+
+enum { RUN_STEPS = 50, WARMUP = 3, BATCH = 16, IN = 20 };
+
+typedef struct run_state {
+  loom_module *m;
+  loom_optimizer *opt;
+  loom_grad_scaler *scaler;
+  loom_tensor *x, *y;  /* static inputs */
+} run_state;
+
+/* Batch k (host, deterministic); steps 10 and 30 carry an inf, which makes
+ * the scaled gradients overflow: the scaler must skip them. */
+static void batch_of(int k, float *x, int64_t *y) {
+  for (int i = 0; i < BATCH * IN; i++) x[i] = (float)sin(0.37 * (double)(k * BATCH * IN + i));
+  if (k == 10 || k == 30) x[5] = INFINITY;
+  for (int i = 0; i < BATCH; i++) y[i] = (k + i) % 5;
+}
+
+static loom_status train_step(run_state *r, loom_tensor **loss) {
+  *loss = loom_cross_entropy(loom_module_forward(r->m, r->x), r->y);
+  loom_optimizer_zero_grad(r->opt);
+  loom_status st = loom_backward(loom_scaler_scale(r->scaler, *loss));
+  return st == LOOM_OK ? loom_scaler_step(r->scaler, r->opt, NULL) : st;
+}
+
+/* Trains RUN_STEPS steps; graphed: eager warm-up, one capture, replays. */
+static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits) {
+  loom_device dev = loom_cuda(0);
+  loom_manual_seed(11);
+  int64_t hidden[2] = {64, 64};
+  run_state r = {loom_mlp_new(IN, 2, hidden, 5, dev), NULL, NULL, NULL, NULL};
+  cr_assert_eq(loom_module_set_precision(r.m, LOOM_PRECISION_MIXED_FP16, false), LOOM_OK, "%s", loom_last_error());
+  int np = loom_module_num_params(r.m);
+  loom_tensor *params[8];
+  for (int i = 0; i < np; i++) params[i] = loom_module_param(r.m, i);
+  r.opt = loom_adamw_new(params, np, NULL);
+  loom_lr_schedule sc = loom_lr_one_cycle(1e-2, 10, RUN_STEPS, 25.0, 1e4);
+  cr_assert_eq(loom_optimizer_set_schedule(r.opt, &sc, 0), LOOM_OK, "%s", loom_last_error());
+  loom_scaler_options so = loom_scaler_defaults();
+  so.growth_interval = 8;  /* growth inside the run too */
+  r.scaler = loom_scaler_new(&so);
+  int64_t xs[2] = {BATCH, IN}, ys[1] = {BATCH};
+  r.x = loom_empty(2, xs, LOOM_F32, dev);
+  r.y = loom_empty(1, ys, LOOM_I64, dev);
+  float hx[BATCH * IN];
+  int64_t hy[BATCH];
+  loom_graph *g = NULL;
+  loom_tensor *kept = NULL;
+  loom_sync_counts before = {{0}};
+  for (int k = 0; k < RUN_STEPS; k++) {
+    batch_of(k, hx, hy);
+    loom_tensor *tx = loom_from_host(hx, 2, xs, LOOM_F32, loom_cpu()), *ty = loom_from_host(hy, 1, ys, LOOM_I64, loom_cpu());
+    cr_assert_eq(loom_copy_(r.x, tx), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_copy_(r.y, ty), LOOM_OK, "%s", loom_last_error());
+    loom_tensor_release(tx);
+    loom_tensor_release(ty);
+    if (k == WARMUP + 1) before = loom_sync_counts_get();
+    loom_scope_begin();
+    loom_tensor *loss = NULL;
+    if (!graphed || k < WARMUP) {
+      cr_assert_eq(train_step(&r, &loss), LOOM_OK, "step %d: %s", k, loom_last_error());
+    } else if (k == WARMUP) {
+      cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+      cr_assert_eq(train_step(&r, &loss), LOOM_OK, "capture: %s", loom_last_error());
+      kept = loom_tensor_retain(loss);
+      cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+      cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+    } else {
+      cr_assert_eq(loom_graph_replay(g), LOOM_OK, "replay %d: %s", k, loom_last_error());
+    }
+    loom_scope_end();
+  }
+  loom_sync_counts after = loom_sync_counts_get();
+  /* (the host-to-device input copies are not waits) */
+  *replay_waits = graphed ? loom_sync_waits_between(&before, &after) : 0;
+  *skipped = loom_scaler_steps_skipped(r.scaler);
+  int64_t total = 0;
+  for (int i = 0; i < np; i++) total += loom_tensor_numel(params[i]);
+  float *out = malloc((size_t)total * sizeof *out), *p = out;
+  for (int i = 0; i < np; i++) {
+    int64_t n = loom_tensor_numel(params[i]);
+    cr_assert_eq(loom_to_host(params[i], p, (size_t)n * sizeof *p, LOOM_F32), LOOM_OK);
+    p += n;
+  }
+  loom_optimizer_zero_grad(r.opt);
+  loom_tensor_release(kept);
+  loom_optimizer_free(r.opt);
+  loom_graph_free(g);
+  loom_scaler_free(r.scaler);
+  loom_tensor_release(r.x);
+  loom_tensor_release(r.y);
+  loom_module_free(r.m);
+  return out;
+}
+
+/* 3 eager steps, a capture, 46 replays == 50 eager steps: the same
+ * parameters bit for bit (same kernels, same inputs), the same 2 skipped
+ * steps (decided on the device), the schedule stepping through its cycle
+ * inside the graph, and no host wait across the replays. */
+Test(graph_cuda, training_step_replays_equal_eager_steps) {
+  tk_require_device(loom_cuda(0));
+  int64_t skipped_e = -1, skipped_g = -1, waits_e = 0, waits_g = -1;
+  float *eager = run_training(false, &skipped_e, &waits_e);
+  float *graph = run_training(true, &skipped_g, &waits_g);
+  cr_assert_eq(skipped_e, 2, "eager run skipped %lld steps (inf at steps 10 and 30)", (long long)skipped_e);
+  cr_assert_eq(skipped_g, 2, "graph run skipped %lld steps", (long long)skipped_g);
+  cr_assert_eq(waits_g, 0, "replays made %lld host waits", (long long)waits_g);
+  int64_t hidden_params = (int64_t)IN * 64 + 64 + 64 * 64 + 64 + 64 * 5 + 5;
+  for (int64_t i = 0; i < hidden_params; i++)
+    cr_assert_eq(eager[i], graph[i], "parameter element %lld: eager %.9g, graph %.9g", (long long)i, eager[i], graph[i]);
+  free(eager);
+  free(graph);
   tk_leak_check();
 }

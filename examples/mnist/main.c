@@ -9,6 +9,13 @@
  *              [--keep-last-fp32] [--quiet] [--save DIR [--save-every N] [--resume]]
  *              [--gpus all|N] [--scale-lr]
  *              [--logdir DIR] [--profile FILE] [--batch auto] [--on-oom fail|shrink] [--offload-optimizer]
+ *              [--cuda-graph]
+ *
+ * --cuda-graph captures the whole training step (forward, backward, unscale,
+ * optimizer) after 3 warm-up steps and replays it every step, the loader
+ * writing each batch into the graph's static inputs
+ * (examples/common/graph_step.h). On the CPU, which has no graphs, the
+ * step is checked capture-safe and runs eagerly.
  *
  * --save DIR writes DIR/checkpoint.safetensors (the whole training state,
  * atomically) at the end and every N steps with --save-every; --resume
@@ -46,6 +53,7 @@
 #include <loom/loom.h>
 
 #include "../common/datasets.h"
+#include "../common/graph_step.h"
 #include "../common/observe.h"
 #include "../common/session.h"
 
@@ -77,6 +85,7 @@ typedef struct options {
   int scale_lr;   /* --scale-lr */
   int on_oom_shrink;
   int offload_optimizer;
+  int cuda_graph;
   observe_opts obs;
 } options;
 
@@ -93,11 +102,11 @@ static void usage(FILE *f) {
           "                  [--threads T] [--workers W] [--csv FILE] [--schedule constant|cosine]\n"
           "                  [--train-limit N] [--test-limit N] [--memory-stats] [--precision fp32|fp16|bf16]\n"
           "                  [--keep-last-fp32] [--quiet] [--save DIR [--save-every N] [--resume]]\n"
-          "                  [--gpus all|N] [--scale-lr]\n"
+          "                  [--gpus all|N] [--scale-lr] [--batch auto] [--on-oom fail|shrink]\n"
+          "                  [--offload-optimizer] [--cuda-graph]\n"
           "Data parallel: run under mpirun -np N (one rank per process), or --gpus for N local GPUs\n"
           "in one process; --batch is per rank, --scale-lr scales the LR by the world size.\n"
-          "                  [--keep-last-fp32] [--quiet] [--batch auto] [--on-oom fail|shrink]\n"
-          "                  [--offload-optimizer]\n"
+          "--cuda-graph: capture the training step once (after 3 warm-up steps) and replay it.\n"
           "Trains an MLP on the IDX files in DIR (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
@@ -133,6 +142,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
     if (!strcmp(a, "--scale-lr")) { o->scale_lr = 1; continue; }
     if (!strcmp(a, "--offload-optimizer")) { o->offload_optimizer = 1; continue; }  /* AdamW state on the host */
+    if (!strcmp(a, "--cuda-graph")) { o->cuda_graph = 1; continue; }
     int ob = observe_parse(&o->obs, argc, argv, &i, "loom-mnist");
     if (ob < 0) return 0;
     if (ob) continue;
@@ -323,6 +333,28 @@ static loom_tensor *micro_loss(void *ctx, int64_t start, int64_t n) {
   return loom_scaler_scale(c->scaler, l);
 }
 
+/* One training step on the batch in x/y (eager, or captured: the same
+ * code), its outputs in the innermost scope. */
+typedef struct mlp_step {
+  loom_module *model;
+  loom_tensor *x, *y;
+  int64_t in_features;
+  loom_optimizer *opt;
+  loom_grad_scaler *scaler;
+  loom_ddp *ddp;
+} mlp_step;
+
+static loom_status mlp_train_step(void *ctx, loom_tensor **loss, loom_tensor **logits) {
+  mlp_step *c = ctx;
+  int64_t flat[2] = {loom_tensor_dim(c->x, 0), c->in_features};
+  *logits = loom_module_forward(c->model, loom_reshape(c->x, 2, flat));
+  *loss = loom_cross_entropy(*logits, c->y);
+  loom_optimizer_zero_grad(c->opt);
+  loom_status st = loom_backward(loom_scaler_scale(c->scaler, *loss));
+  if (st == LOOM_OK && c->ddp) st = loom_ddp_sync(c->ddp);
+  return st == LOOM_OK ? loom_scaler_step(c->scaler, c->opt, NULL) : st;
+}
+
 static int evaluate(loom_module *model, loom_loader *test, int64_t in_features, double *accuracy) {
   int64_t correct = 0, total = 0;
   bool prev = loom_set_grad_enabled(false);
@@ -451,12 +483,30 @@ static int train(options o, loom_comm *comm) {
     fprintf(stderr, "loom-mnist: --on-oom shrink is not supported with data parallelism yet (world size %d)\n", world);
     return 1;
   }
+  if (o.cuda_graph && (world > 1 || o.on_oom_shrink || o.offload_optimizer)) {
+    fprintf(stderr, "loom-mnist: --cuda-graph captures one device's whole step; it does not combine with %s\n",
+            world > 1 ? "data parallelism" : o.on_oom_shrink ? "--on-oom shrink" : "--offload-optimizer (a host update)");
+    return 1;
+  }
   /* Checkpoints: one call saves and one restores everything that evolves. */
   loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = opt, .scaler = scaler, .loader = train,
                            .schedule = &sched};
   /* Every rank restores the same file; rank 0 writes it (session.h). */
   session_ckpt saver;
   if (session_ckpt_open(&saver, "loom-mnist", o.save_dir, o.save_every, o.resume, rank, o.quiet, &ckpt)) return 1;
+  /* The optimizer follows the schedule itself (on a GPU, on the device: a
+   * replayed graph steps through it too). */
+  if (loom_optimizer_set_schedule(opt, &sched, ckpt.step) != LOOM_OK) return fail("lr schedule");
+  /* --cuda-graph: the step reads static input buffers the loader fills. */
+  mlp_step ms = {model, NULL, NULL, in_features, opt, scaler, ddp};
+  graph_step gs = {.dev = dev, .warmup = 3, .fn = mlp_train_step, .ctx = &ms, .opt = opt};
+  if (o.cuda_graph) {
+    int64_t xshape[LOOM_MAX_DIMS + 1] = {o.batch}, yshape[1] = {o.batch};
+    for (int d = 0; d < nd; d++) xshape[d + 1] = xs[d];
+    ms.x = loom_empty(nd + 1, xshape, LOOM_F32, dev);
+    ms.y = loom_empty(1, yshape, LOOM_I64, dev);
+    if (!ms.x || !ms.y) return fail("--cuda-graph input buffers");
+  }
   if (!o.quiet) {
     printf("model: %s", loom_module_name(model));
     for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
@@ -492,32 +542,36 @@ static int train(options o, loom_comm *comm) {
       if (observe_step_begin(obs, global_step)) return 1;
       loom_scope_begin();
       loom_tensor *x, *y;
-      if (loom_loader_next(train, &x, &y) != LOOM_OK) return fail("training loader");
+      int64_t b = 0;
+      if (o.cuda_graph) {
+        if (loom_loader_next_into(train, ms.x, ms.y, &b) != LOOM_OK) return fail("training loader");
+        x = b ? ms.x : NULL, y = ms.y;
+      } else {
+        if (loom_loader_next(train, &x, &y) != LOOM_OK) return fail("training loader");
+        b = x ? loom_tensor_dim(x, 0) : 0;
+      }
       if (!x) {
         loom_scope_end();
         break;
       }
-      int64_t b = loom_tensor_dim(x, 0);
-      int64_t flat[2] = {b, in_features};
-      double lr = loom_lr_at(&sched, global_step);
-      loom_optimizer_set_lr(opt, lr);
+      double lr = loom_lr_at(&sched, global_step);  /* what the optimizer takes this step */
+      /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
+      bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
+      double scale = logged ? loom_scaler_get_scale(scaler) : 0.0;  /* the scale this step uses */
       loom_tensor *loss = NULL, *logits = NULL;
-      if (o.on_oom_shrink) {  /* micro-batches, halved on OOM (library: loom_backward_micro_batches) */
+      if (o.cuda_graph) {
+        if (graph_step_run(&gs, "loom-mnist", &loss, &logits)) return 1;
+      } else if (o.on_oom_shrink) {  /* micro-batches, halved on OOM (library: loom_backward_micro_batches) */
+        int64_t flat[2] = {b, in_features};
         step_ctx sc = {model, loom_reshape(x, 2, flat), y, NULL, scaler, b};
         if (loom_backward_micro_batches(opt, micro_loss, &sc, b, &micro, true, dev) != LOOM_OK)
           return fail("training step");
+        if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
         loss = sc.loss;
       } else {
-        logits = loom_module_forward(model, loom_reshape(x, 2, flat));
-        loss = loom_cross_entropy(logits, y);
-        loom_optimizer_zero_grad(opt);
-        if (loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK) return fail("training step");
+        ms.x = x, ms.y = y;
+        if (mlp_train_step(&ms, &loss, &logits) != LOOM_OK) return fail("training step");
       }
-      if (ddp && loom_ddp_sync(ddp) != LOOM_OK) return fail("gradient all-reduce");
-      /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
-      bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
-      double scale = logged ? loom_scaler_get_scale(scaler) : 0.0;  /* the scale this step used */
-      if (loom_scaler_step(scaler, opt, NULL) != LOOM_OK) return fail("optimizer step");
       step++;
       global_step++;
       epoch_samples += b * world;  /* every rank steps on an equal shard */
@@ -564,6 +618,8 @@ static int train(options o, loom_comm *comm) {
   }
   if (observe_close(obs)) return 1;
   if (csv) fclose(csv);
+  if (o.cuda_graph && !o.quiet) graph_step_report(&gs, "loom-mnist");
+  graph_step_close(&gs);
   if (loom_loader_epoch(train) + 1 > o.epochs && train_seconds == 0 && evaluate(model, test, in_features, &accuracy))
     return 1;  /* resumed from a finished run: nothing trained, still report */
   if (session_ckpt_step(&saver, &ckpt, global_step, 1, o.quiet)) return 1;
@@ -586,6 +642,11 @@ static int train(options o, loom_comm *comm) {
   loom_ddp_free(ddp);
   loom_scaler_free(scaler);
   loom_optimizer_free(opt);
+  graph_step_free(&gs);
+  if (o.cuda_graph) {
+    loom_tensor_release(ms.x);
+    loom_tensor_release(ms.y);
+  }
   free(params);
   loom_module_free(model);
   loom_loader_free(train);

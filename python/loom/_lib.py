@@ -239,6 +239,7 @@ _SIGNATURES = {
     "loom_lr_cosine": (LrSchedule, [C.c_double, C.c_int64, C.c_int64, C.c_double]),
     "loom_lr_one_cycle": (LrSchedule, [C.c_double, C.c_int64, C.c_int64, C.c_double, C.c_double]),
     "loom_lr_at": (C.c_double, [C.POINTER(LrSchedule), C.c_int64]),
+    "loom_optimizer_set_schedule": (ST, [P, C.POINTER(LrSchedule), C.c_int64]),
     # amp.h
     "loom_precision_parse": (ST, [C.c_char_p, C.POINTER(C.c_int)]),
     "loom_precision_name": (C.c_char_p, [C.c_int]),

@@ -36,6 +36,13 @@ class Optimizer:
     def steps(self):
         return lib.loom_optimizer_steps(self._h)
 
+    def set_schedule(self, schedule, step=0):
+        """Attach a Schedule (None detaches): every step takes the schedule's
+        lr at the next position (from `step`) and moves it on, skipped steps
+        included; on a GPU it is evaluated on the device (CUDA graphs)."""
+        ref = C.byref(schedule.struct) if schedule is not None else None
+        check(lib.loom_optimizer_set_schedule(self._h, ref, int(step)))
+
 
 def _param_array(params):
     params = list(params)

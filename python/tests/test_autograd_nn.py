@@ -101,6 +101,21 @@ def test_mixed_precision_with_the_loss_scaler(no_leak):
     assert other.get_scale() == scaler.get_scale()
 
 
+def test_attached_schedule_sets_each_steps_lr():
+    p = loom.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    opt = loom.optim.SGD([p], lr=1.0)
+    sched = loom.optim.cosine(0.5, 2, 6)
+    opt.set_schedule(sched, step=1)
+    for step in range(1, 6):
+        (p * p).sum().backward()
+        opt.step()
+        assert opt.lr == sched(step)
+        opt.zero_grad()
+    with pytest.raises(loom.Error, match="step is -1"):
+        opt.set_schedule(sched, step=-1)
+    opt.set_schedule(None)
+
+
 def test_one_cycle_matches_torch():
     torch = pytest.importorskip("torch")
     p = torch.nn.Parameter(torch.zeros(1))
