@@ -15,8 +15,15 @@ Both sides write 16 f32 tensors of 64 MiB (by default):
   committed with sync(): with online discard (ext4 -o discard), freeing a
   durable 1 GiB file TRIMs its blocks inside the next journal commit, and
   the previous phase's unlink must not be paid by the next timed fsync.
-  load_warm  open + every tensor + one byte per 4 KiB page touched, the file
-             in the page cache (loom: zero-copy views of a private map);
+  After save_replace both sides sync() too: loom's rename frees the old
+  file's blocks at its last close, after the call returns (the TRIMs then
+  run in the background, outside the save's time), while torch's in-place
+  truncate frees them inside its own timed fsync.
+  load_after_save  open + every tensor + one byte per 4 KiB page touched,
+             right after the saves (loom: zero-copy views of a private map;
+             loom writes large files with O_DIRECT, so they are not in the
+             page cache then, torch's buffered writes are);
+  load_warm  the same with the file in the page cache (read once, untimed);
   load_cold  the same after posix_fadvise(DONTNEED) evicted the file.
 One line per measurement, then one line per op with the medians and
 ratio = loom throughput / safetensors.torch throughput (> 1: loom faster):
@@ -96,23 +103,29 @@ def main():
             os.fsync(fd)
             os.close(fd)
             record("torch", op, time.perf_counter() - t0, r)
-        for cold in (False, True):
-            if cold:
+        os.sync()  # as bench_checkpoint does before its loads
+        for op in ("load_after_save", "load_warm", "load_cold"):
+            if op == "load_warm":
+                with open(path, "rb") as f:  # into the page cache
+                    while f.read(64 << 20):
+                        pass
+            if op == "load_cold":
                 evict(path)
             t0 = time.perf_counter()
             d = load_file(path)
             touch(d)
-            record("torch", "load_cold" if cold else "load_warm", time.perf_counter() - t0, r)
+            record("torch", op, time.perf_counter() - t0, r)
             del d
         os.unlink(path)
         os.sync()
 
     med = {k: statistics.median(v) for k, v in results.items()}
     gib = a.mib / 1024
-    for op in ("save", "save_replace", "load_warm", "load_cold"):
+    for op in ("save", "save_replace", "load_after_save", "load_warm", "load_cold"):
         if ("loom", op) not in med or ("torch", op) not in med:
             continue
-        limit = {"save": ("raw", "disk_write"), "save_replace": ("raw", "disk_write"), "load_warm": ("raw", "pagecache_read"),
+        limit = {"save": ("raw", "disk_write"), "save_replace": ("raw", "disk_write"),
+                 "load_after_save": ("raw", "disk_read_cold"), "load_warm": ("raw", "pagecache_read"),
                  "load_cold": ("raw", "disk_read_cold")}[op]
         extra = f" {limit[1]}_gib_per_s={gib / med[limit]:.3f}" if limit in med else ""
         print(f"bench=checkpoint_ratio op={op} mib={a.mib} rounds={a.rounds} loom_gib_per_s={gib / med[('loom', op)]:.3f} "
