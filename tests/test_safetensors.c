@@ -300,9 +300,9 @@ Test(atomic_file, staged_writes_keep_every_byte_at_every_size) {
   make_dir();
   staged_round_trips(g_dir, true);
   staged_round_trips("/dev/shm", true);  /* tmpfs: no O_DIRECT, buffered */
-  setenv("LOOM_CHECKPOINT_DIRECT", "0", 1);
+  loom_set_checkpoint_direct(false);
   staged_round_trips(g_dir, false);
-  unsetenv("LOOM_CHECKPOINT_DIRECT");
+  loom_set_checkpoint_direct(true);
   remove_dir();
 }
 

@@ -65,6 +65,13 @@ LOOM_API loom_status loom_safetensors_save(const char *path, int n, const char *
                                            loom_tensor *const *tensors, int n_meta, const char *const *keys,
                                            const char *const *values);
 
+/* Files of 8 MiB and more (checkpoints) are written with O_DIRECT where the
+ * file system allows it: straight to the device, through no page cache
+ * (faster and steadier to save; but the file is not cached right after, so
+ * a load at once reads the disk). false: buffered writes. Default: true,
+ * unless the environment has LOOM_CHECKPOINT_DIRECT=0. Any thread. */
+LOOM_API void loom_set_checkpoint_direct(bool on);
+
 /* Open and validate a file. NULL + LOOM_ERR_IO (cannot open/read) or
  * LOOM_ERR_FORMAT (malformed) with a message. */
 LOOM_API loom_safetensors *loom_safetensors_open(const char *path);

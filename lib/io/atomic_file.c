@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "loom/io.h"
 
 static atomic_uint g_tmp_counter;
 
@@ -55,15 +56,26 @@ static int hold_old(const char *path) {
  * guest's page cache must fault in fresh host pages), staged O_DIRECT
  * 0.49-0.54 s, memcpy into the stage included (6 alternating rounds). The
  * cost: the new file is not in the page cache afterwards (a load right
- * after a save reads the disk). LOOM_CHECKPOINT_DIRECT=0 turns it off; file
+ * after a save reads the disk). LOOM_CHECKPOINT_DIRECT=0 or
+ * loom_set_checkpoint_direct(false) turns it off; file
  * systems that refuse O_DIRECT (tmpfs) get buffered writes. The last piece
  * is padded to the alignment and the file truncated back to its size. */
 #define STAGE_BYTES ((size_t)8 << 20)
 #define DIRECT_ALIGN ((size_t)4096) /* >= any logical block size */
 
+static atomic_int g_direct = -1; /* -1: not decided (the environment's LOOM_CHECKPOINT_DIRECT) */
+
+void loom_set_checkpoint_direct(bool on) { atomic_store(&g_direct, on ? 1 : 0); }
+
 static bool direct_allowed(void) {
-  const char *e = getenv("LOOM_CHECKPOINT_DIRECT");
-  return !(e && e[0] == '0');
+  int d = atomic_load(&g_direct);
+  if (d < 0) {
+    const char *e = getenv("LOOM_CHECKPOINT_DIRECT");
+    d = !(e && e[0] == '0');
+    int unset = -1;
+    atomic_compare_exchange_strong(&g_direct, &unset, d);
+  }
+  return d != 0;
 }
 
 /* O_DIRECT on or off for the temporary file; false if fcntl refused. */
