@@ -1,7 +1,8 @@
 /* test_graph.c — graph capture (graph.h): the state machine, the private
  * pool (allocations inside a capture leave the device pool alone and come
  * back to the graph's pool when freed), capture-unsafe calls (host waits,
- * pinned allocations) turning capture_end into an error that names the op,
+ * pinned allocations, random draws) turning capture_end into an error that
+ * names the op,
  * a whole MLP + AdamW training step being capture-safe on the CPU, and on a
  * GPU (LOOM_TEST_DEVICE=cuda) a captured op replayed on new inputs and a
  * whole mixed-precision training step replayed for 46 steps against the
@@ -74,6 +75,15 @@ Test(graph, host_waits_during_capture_invalidate_it_naming_the_op) {
   void *pinned = NULL;
   if (loom_alloc_pinned_malloc(64, &pinned) == LOOM_OK) loom_alloc_pinned_free(pinned);
   tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "pinned host allocation");
+  loom_graph_free(g);
+
+  /* Dropout draws its mask at a host-chosen Philox offset: a replay would
+   * reuse it, so a draw invalidates the capture too. */
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  loom_scope_begin();
+  cr_assert_not_null(loom_dropout(x, 0.5, true));
+  loom_scope_end();
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "dropout", "random-number draw", "repeat");
   loom_graph_free(g);
   loom_tensor_release(x);
   tk_leak_check();

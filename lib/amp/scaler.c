@@ -24,6 +24,7 @@
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
+#include "device/graph_capture.h"
 #include "device/sync_stats.h"
 #include "ops/cuda/dev_table.h"
 #endif
@@ -48,6 +49,7 @@ struct loom_grad_scaler {
   loom_device dev;
   loom_amp_scaler_dev *d;
   bool mirror_stale;
+  int64_t synced_replays;  /* loom_graph_replay_count() when the mirror was last current */
   struct loom_dev_table *unscale_table;
 #endif
 };
@@ -136,6 +138,7 @@ static loom_status push_state(loom_grad_scaler *s) {
   if (!ls) return loom_last_status();
   /* From pageable memory: staged before the call returns. */
   LOOM_CUDA_CHECK(cudaMemcpyAsync(s->d, &h, sizeof h, cudaMemcpyHostToDevice, (cudaStream_t)loom_stream_native(ls)));
+  s->synced_replays = loom_graph_replay_count();
   return LOOM_OK;
 }
 
@@ -177,12 +180,19 @@ static loom_status pull_state(const loom_grad_scaler *cs, loom_amp_scaler_dev *o
   s->steps_skipped = h.steps_skipped;
   s->last_overflow_step = h.last_overflow_step;
   s->mirror_stale = false;
+  s->synced_replays = loom_graph_replay_count();
   if (out) *out = h;
   return LOOM_OK;
 }
 
+/* Stale: the device moved on (a step ran there) or graph replays did,
+ * which the host never sees. */
+static bool stale(const loom_grad_scaler *s) {
+  return s->d && (s->mirror_stale || s->synced_replays != loom_graph_replay_count());
+}
+
 static void refresh(const loom_grad_scaler *s) {
-  if (s && s->d && s->mirror_stale) (void)pull_state(s, NULL);
+  if (s && stale(s)) (void)pull_state(s, NULL);
 }
 
 static void no_release(void *data, void *ctx) {
@@ -210,7 +220,7 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
       return sv ? loom_mul(loss, sv) : NULL;
     }
     /* (A low-precision loss: the host needs the scale, which waits.) */
-    if (s->mirror_stale && pull_state(s, NULL) != LOOM_OK) return NULL;
+    if (stale(s) && pull_state(s, NULL) != LOOM_OK) return NULL;
   }
 #endif
   /* mul_scalar is recorded, so backward multiplies d(loss) by the scale. */
@@ -349,7 +359,7 @@ loom_status loom_scaler_state_save(const loom_grad_scaler *s, loom_scaler_state 
     return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_save: out->size is %u; set it to sizeof(loom_scaler_state)",
                           out->size);
 #ifdef LOOM_HAVE_CUDA
-  if (s->d && s->mirror_stale) LOOM_TRY(pull_state(s, NULL));
+  if (stale(s)) LOOM_TRY(pull_state(s, NULL));
 #endif
   loom_scaler_state st = {sizeof st, s->scale, s->good_steps, s->steps, s->steps_skipped, s->last_overflow_step};
   uint32_t n = out->size;

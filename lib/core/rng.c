@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/rng_replay.h"
+#include "device/graph_capture.h"
 #include "loom/rng.h"
 
 /* Below this many elements a fill is not worth waking a thread team. */
@@ -106,6 +107,9 @@ void loom_rng_global_reserve(size_t n, uint64_t *seed, uint64_t *offset) {
     tl_replay.offset += blocks_for(n);
     return;
   }
+  /* A captured draw would hand every replay the same numbers (the offset
+   * is baked into the graph): not capture-safe. */
+  loom_capture_note_unsafe("a random-number draw (every replay would repeat its numbers)");
   pthread_mutex_lock(&g_rng_mu);
   const uint64_t s = g_rng_seed, o = g_rng_offset;
   g_rng_offset += blocks_for(n); /* 2^64 blocks: wrap-around is not a practical concern */

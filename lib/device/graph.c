@@ -9,6 +9,7 @@
  * cudaMalloc while capturing). The CPU runs everything but the CUDA calls.
  *
  * The CUDA calls here have never run (no GPU on the development machines). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,9 @@ struct loom_graph {
 };
 
 static _Thread_local loom_graph *tl_capture;
+static atomic_llong g_replays;
+
+int64_t loom_graph_replay_count(void) { return (int64_t)atomic_load(&g_replays); }
 static _Thread_local const char *tl_op;
 
 const char *loom_capture_set_op(const char *name) {
@@ -140,6 +144,7 @@ loom_status loom_graph_replay(loom_graph *g) {
 #ifdef LOOM_HAVE_CUDA
   LOOM_TRY(loom_cuda_set_device(g->dev.index));
   LOOM_CUDA_CHECK(cudaGraphLaunch(g->exec, g->stream));
+  atomic_fetch_add(&g_replays, 1);
 #endif
   return LOOM_OK;
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "device/graph_capture.h"
 #include "loom/rng.h"
 #include "autograd/node.h"
 #include "ops/op.h"
@@ -149,7 +150,9 @@ loom_tensor *loom_dropout(loom_tensor *x, double p, bool training) {
     /* The mask is element i's uniform of a fill at (seed, offset): the
      * number loom_rand would draw there, on every device. */
     uint64_t seed, offset;
+    const char *prev_op = loom_capture_set_op("dropout");  /* names it if a capture is open */
     loom_rng_global_reserve((size_t)loom_shape_numel(x->ndim, x->shape), &seed, &offset);
+    loom_capture_set_op(prev_op);
     a.i[0] = (int64_t)seed;
     a.i[1] = (int64_t)offset;
     a.i[2] = loom_cnn_format(a.in[0]);  /* the mask's memory order, for backward */

@@ -4,6 +4,7 @@
  * kernel for CUDA tensors. */
 #include <stdlib.h>
 
+#include "device/graph_capture.h"
 #include "loom/rng.h"
 #include "ops/op.h"
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
@@ -24,7 +25,9 @@ static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const in
     /* Drawn on the device: the same Philox numbers (core/philox.h), no
      * host buffer, no copy. */
     uint64_t dseed, doffset;
+    const char *prev_op = loom_capture_set_op(fn);  /* names it if a capture is open */
     loom_rng_global_reserve((size_t)n, &dseed, &doffset);
+    loom_capture_set_op(prev_op);
     if (loom_cuda_rng_fill(t, normal, dseed, doffset, 0.0f, 1.0f) != LOOM_OK) {
       loom_error_prefix("%s", fn);
       loom_tensor_release(t);
@@ -40,7 +43,9 @@ static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const in
     return NULL;
   }
   uint64_t seed, offset;
+  const char *prev_op = loom_capture_set_op(fn);
   loom_rng_global_reserve((size_t)n, &seed, &offset);
+  loom_capture_set_op(prev_op);
   if (normal) loom_rng_fill_normal(seed, offset, host, (size_t)n, 0.0f, 1.0f);
   else loom_rng_fill_uniform(seed, offset, host, (size_t)n, 0.0f, 1.0f);
   loom_status st;

@@ -50,6 +50,7 @@ struct loom_optimizer {
    * copies are refreshed by a read-back when someone asks for them. */
   struct loom_opt_cuda *cuda;
   bool counts_on_device;
+  int64_t synced_replays;  /* loom_graph_replay_count() when the host copies were last current */
   /* CUDA: where the gather of the copies' gradients keeps its work list. */
   struct loom_dev_table *gather_table;
   /* Optimizer offload (loom_adamw_offload_new, optim_offload.c): the state
@@ -65,6 +66,10 @@ struct loom_optimizer {
   loom_lr_schedule sched;
   int64_t sched_step;
 };
+
+/* CUDA: the host's step counts may be behind the device's (scaler-guarded
+ * steps, graph replays); loom_optimizer_steps brings them home. */
+bool loom_optim_counts_stale(const loom_optimizer *o);
 
 /* lr_schedule.c: a schedule's fields in the shared formula's form. */
 loom_lr_params loom_lr_params_of(const loom_lr_schedule *s);

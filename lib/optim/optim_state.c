@@ -36,11 +36,8 @@ int loom_optim_param_state(const loom_optimizer *o, int i, const char **names, l
 
 loom_status loom_optim_sync_counts(const loom_optimizer *o) {
   if (!o) return LOOM_OK;
-  (void)loom_optimizer_steps(o); /* reads device-held counts back (CUDA, scaler-guarded steps) */
-#ifdef LOOM_HAVE_CUDA
-  if (o->counts_on_device)
-    return loom_error_prefix("optimizer state: reading the step counts back from the GPU");
-#endif
+  (void)loom_optimizer_steps(o); /* reads device-held counts back (CUDA: scaler-guarded steps, graph replays) */
+  if (loom_optim_counts_stale(o)) return loom_error_prefix("optimizer state: reading the step counts back from the GPU");
   return LOOM_OK;
 }
 

@@ -11,6 +11,7 @@
 #include "ops/cuda/dev_table.h"
 #endif
 #include "loom/optim.h"
+#include "device/graph_capture.h"
 #include "optim/optim_internal.h"
 #include "prof/prof.h"
 
@@ -274,6 +275,7 @@ static loom_status cuda_step(loom_optimizer *o, loom_param_group *g, const int *
                           o->scratch.grp, o->n_groups, glr,       gwd,
                           o->has_sched ? &sp : NULL, o->sched_step, o->sched_reseed};
   loom_status st;
+  bool fresh = o->cuda == NULL;
   if (o->kind == LOOM_OPTIM_SGD) {
     loom_sgd_hparams h = {glr[0], (float)o->sgd.momentum, (float)o->sgd.dampening, gwd[0], o->sgd.nesterov, 0};
     if (o->sgd.momentum <= 0) g->buf1 = NULL;
@@ -282,6 +284,7 @@ static loom_status cuda_step(loom_optimizer *o, loom_param_group *g, const int *
     loom_adamw_hparams h = {glr[0], (float)o->adamw.beta1, (float)o->adamw.beta2, (float)o->adamw.eps, gwd[0], 1.0f, 1.0f};
     st = loom_cuda_adamw_step(o->device, g, &h, &a);
   }
+  if (fresh && o->cuda) o->synced_replays = loom_graph_replay_count();  /* seeded from the host's counts */
   /* No gradients: nothing launched moved the device's schedule position. */
   if (st == LOOM_OK && o->has_sched) o->sched_reseed = g->n == 0;
   return st;
@@ -473,8 +476,8 @@ loom_status loom_optimizer_add_param_group(loom_optimizer *o, loom_tensor *const
   if (o->cuda) {
     /* The device step state is sized for the current parameters: bring its
      * counts home (a wait, outside any step) and rebuild it at the next step. */
-    if (o->counts_on_device) (void)loom_optimizer_steps(o);
-    if (o->counts_on_device)
+    (void)loom_optimizer_steps(o);
+    if (loom_optim_counts_stale(o))
       return loom_error_prefix("optimizer_add_param_group: reading the device step counts");
     loom_cuda_opt_free(o->cuda);
     o->cuda = NULL;
@@ -518,14 +521,28 @@ loom_status loom_optimizer_set_group_weight_decay(loom_optimizer *o, int g, doub
 double loom_optimizer_get_group_weight_decay(const loom_optimizer *o, int g) {
   return (o && g >= 0 && g < o->n_groups) ? o->groups[g].weight_decay : NAN;
 }
+bool loom_optim_counts_stale(const loom_optimizer *o) {
+#ifdef LOOM_HAVE_CUDA
+  return o && o->cuda && (o->counts_on_device || o->synced_replays != loom_graph_replay_count());
+#else
+  (void)o;
+  return false;
+#endif
+}
+
 int64_t loom_optimizer_steps(const loom_optimizer *o) {
   if (!o) return 0;
 #ifdef LOOM_HAVE_CUDA
-  if (o->counts_on_device && o->cuda) {
-    /* Steps the loss scaler decided on the GPU: read the counts back (a host
-     * wait, outside the training step) and keep the host copies current. */
+  int64_t replays = loom_graph_replay_count();
+  if (loom_optim_counts_stale(o)) {
+    /* Steps the loss scaler decided on the GPU, or graph replays the host
+     * never saw: read the counts back (a host wait, outside the training
+     * step) and keep the host copies current. */
     loom_optimizer *m = (loom_optimizer *)o;
-    if (loom_cuda_opt_counts(m->cuda, m->param_steps, &m->steps) == LOOM_OK) m->counts_on_device = false;
+    if (loom_cuda_opt_counts(m->cuda, m->param_steps, &m->steps) == LOOM_OK) {
+      m->counts_on_device = false;
+      m->synced_replays = replays;
+    }
   }
 #endif
   return o->steps;
