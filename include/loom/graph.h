@@ -15,7 +15,9 @@
  *    region frees go back to that pool, and the pool dies with the graph;
  *  - capture-unsafe calls — anything that makes the host wait for the device
  *    (stream/device/event synchronization, reading a value back such as
- *    loom_item) and pinned host allocations — invalidate the capture:
+ *    loom_item), pinned host allocations, and random draws (dropout,
+ *    loom_rand: the offset would be baked in and every replay would repeat
+ *    the same numbers) — invalidate the capture:
  *    loom_graph_capture_end then fails with LOOM_ERR_STATE and a message
  *    naming the op (or API call) that did it.
  * On the CPU there are no graphs: capture runs the same checks and the
@@ -24,6 +26,13 @@
  * Tensors made inside the region are the graph's static buffers: keep the
  * inputs and outputs you need (loom_keep) and write new inputs into them
  * (loom_copy_) before each replay.
+ *
+ * A training step captures whole when its optimizer follows an attached LR
+ * schedule (loom_optimizer_set_schedule: evaluated on the device) and its
+ * loss scaler decides skips on the device (it does on CUDA); the loader can
+ * write each batch into the captured inputs (loom_loader_next_into). State
+ * the host mirrors (optimizer step counts, the scaler's scale and counters)
+ * is read back after replays when asked.
  *
  * Threads: a capture belongs to the thread that began it; one open capture
  * per thread. Replays of one graph must not overlap. */
