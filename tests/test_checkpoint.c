@@ -303,6 +303,40 @@ Test(checkpoint, names_and_metadata_are_readable) {
   tk_leak_check();
 }
 
+/* The schedule is recorded, not restored: resuming under another one (a
+ * changed --epochs) restores fine and logs a warning naming what changed;
+ * the same schedule logs nothing. */
+static char g_warned[1024];
+static void warn_sink(loom_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level == LOOM_LOG_WARN) snprintf(g_warned, sizeof g_warned, "%s", msg);
+}
+
+Test(checkpoint, another_schedule_at_restore_is_a_warning) {
+  make_dir();
+  trainer a, b;
+  cr_assert(trainer_init(&a, (config){0, 0, 16}));
+  cr_assert(train_until(&a, 5), "%s", loom_last_error());
+  const char *p = path_in("s.safetensors");
+  cr_assert_eq(loom_checkpoint_save(p, &a.st), LOOM_OK, "%s", loom_last_error());
+  cr_assert(trainer_init(&b, (config){0, 0, 16}));
+  loom_log_set_sink(warn_sink, NULL);
+  g_warned[0] = 0;
+  cr_assert_eq(loom_checkpoint_restore(p, &b.st), LOOM_OK, "%s", loom_last_error());
+  cr_assert_str_eq(g_warned, "", "same schedule, yet: %s", g_warned);
+  b.sched.total_steps *= 2;
+  cr_assert_eq(loom_checkpoint_restore(p, &b.st), LOOM_OK, "%s", loom_last_error());
+  loom_log_set_sink(NULL, NULL);
+  cr_assert(strstr(g_warned, "another LR schedule") && strstr(g_warned, "total_steps 40 -> 80") &&
+                strstr(g_warned, "step 5"),
+            "%s", g_warned);
+  cr_assert_eq(b.st.step, 5);
+  trainer_free(&a);
+  trainer_free(&b);
+  remove_dir();
+  tk_leak_check();
+}
+
 /* Fill every parameter and moment of a fresh trainer from another's checkpoint;
  * the two must then agree bit for bit. */
 Test(checkpoint, restore_brings_back_every_piece_of_state) {

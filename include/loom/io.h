@@ -118,7 +118,9 @@ LOOM_API const char *loom_safetensors_metadata(const loom_safetensors *f, const 
  *   same groups),
  *   scaler.* (loom_scaler_state), loader.epoch and loader.batch (position)
  *   with loader.batch_size / batches_per_epoch / seed / shuffle (checked on
- *   restore), and schedule.* (the LR schedule; its position is `step`).
+ *   restore), and schedule.* (the LR schedule; its position is `step`;
+ *   recorded, not restored: restoring under a different schedule logs a
+ *   warning that names the fields that changed).
  * Optimizer state is named after the model's parameter it belongs to, so
  * every optimizer parameter must be a parameter of the model. */
 typedef struct loom_train_state {

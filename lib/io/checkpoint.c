@@ -12,6 +12,7 @@
 
 #include "data/data_internal.h"
 #include "loom/autograd.h"
+#include "loom/log.h"
 #include "loom/rng.h"
 #include "io/safetensors_internal.h"
 #include "optim/optim_state.h"
@@ -139,6 +140,46 @@ static const char *schedule_kind_name(int k) {
   return "unknown";
 }
 
+/* The schedule as a checkpoint records it: key and value strings (saved by
+ * loom_checkpoint_save, compared by restore). Returns how many. */
+#define SCHED_FIELDS 9
+static int schedule_meta(const loom_lr_schedule *sc, const char *key[SCHED_FIELDS], char val[SCHED_FIELDS][40]) {
+  int n = 0;
+#define FIELD(k, ...) (key[n] = (k), snprintf(val[n++], sizeof val[0], __VA_ARGS__))
+  FIELD("schedule.kind", "%s", schedule_kind_name(sc->kind));
+  FIELD("schedule.base_lr", "%.17g", sc->base_lr);
+  FIELD("schedule.warmup_steps", "%lld", (long long)sc->warmup_steps);
+  FIELD("schedule.step_size", "%lld", (long long)sc->step_size);
+  FIELD("schedule.gamma", "%.17g", sc->gamma);
+  FIELD("schedule.total_steps", "%lld", (long long)sc->total_steps);
+  FIELD("schedule.min_lr", "%.17g", sc->min_lr);
+  if (sc->size >= offsetof(loom_lr_schedule, final_div_factor) + sizeof sc->final_div_factor) { /* one-cycle */
+    FIELD("schedule.div_factor", "%.17g", sc->div_factor);
+    FIELD("schedule.final_div_factor", "%.17g", sc->final_div_factor);
+  }
+#undef FIELD
+  return n;
+}
+
+/* The schedule is recorded, never restored (the caller's is the one that
+ * runs), but a resumed run that follows another schedule than the saved one
+ * (e.g. a changed --epochs: another total_steps) is worth a warning. */
+static void warn_schedule_change(loom_safetensors *f, const char *path, const loom_lr_schedule *sc, int64_t step) {
+  char val[SCHED_FIELDS][40], diff[512] = "";
+  const char *key[SCHED_FIELDS];
+  int n = schedule_meta(sc, key, val);
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    const char *saved = loom_safetensors_metadata(f, key[i]);
+    if (!saved || !strcmp(saved, val[i]) || used >= sizeof diff) continue;
+    int w = snprintf(diff + used, sizeof diff - used, "%s%s %s -> %s", used ? ", " : "", key[i] + 9, saved, val[i]);
+    if (w > 0) used += (size_t)w;
+  }
+  if (used)
+    loom_log_msg(LOOM_LOG_WARN, "checkpoint '%s' was saved under another LR schedule (%s); training continues at step "
+                 "%lld with this run's schedule", path, diff, (long long)step);
+}
+
 /* ---- save ------------------------------------------------------------------------ */
 
 loom_status loom_checkpoint_save(const char *path, const loom_train_state *state) {
@@ -219,18 +260,10 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
     if (st == LOOM_OK) st = add_meta(&e, "loader.shuffle", "%d", lo->shuffle ? 1 : 0);
   }
   if (s.schedule && st == LOOM_OK) {
-    const loom_lr_schedule *sc = s.schedule;
-    st = add_meta(&e, "schedule.kind", "%s", schedule_kind_name(sc->kind));
-    if (st == LOOM_OK) st = add_meta(&e, "schedule.base_lr", "%.17g", sc->base_lr);
-    if (st == LOOM_OK) st = add_meta(&e, "schedule.warmup_steps", "%lld", (long long)sc->warmup_steps);
-    if (st == LOOM_OK) st = add_meta(&e, "schedule.step_size", "%lld", (long long)sc->step_size);
-    if (st == LOOM_OK) st = add_meta(&e, "schedule.gamma", "%.17g", sc->gamma);
-    if (st == LOOM_OK) st = add_meta(&e, "schedule.total_steps", "%lld", (long long)sc->total_steps);
-    if (st == LOOM_OK) st = add_meta(&e, "schedule.min_lr", "%.17g", sc->min_lr);
-    if (sc->size >= offsetof(loom_lr_schedule, final_div_factor) + sizeof sc->final_div_factor) { /* one-cycle */
-      if (st == LOOM_OK) st = add_meta(&e, "schedule.div_factor", "%.17g", sc->div_factor);
-      if (st == LOOM_OK) st = add_meta(&e, "schedule.final_div_factor", "%.17g", sc->final_div_factor);
-    }
+    char val[SCHED_FIELDS][40];
+    const char *key[SCHED_FIELDS];
+    int n = schedule_meta(s.schedule, key, val);
+    for (int i = 0; i < n && st == LOOM_OK; i++) st = add_meta(&e, key[i], "%s", val[i]);
   }
   if (st == LOOM_OK)
     st = loom_safetensors_save(path, e.n, (const char *const *)e.names, e.tensors, e.n_meta,
@@ -477,8 +510,12 @@ loom_status loom_checkpoint_restore(const char *path, loom_train_state *state) {
   memset(&p, 0, sizeof p);
   loom_status st = check_all(f, &s, &p);
   if (st == LOOM_OK) st = apply_all(f, &s, &p);
-  if (st == LOOM_OK) state->step = s.step;
-  else loom_error_prefix("loom_checkpoint_restore '%s'", path);
+  if (st == LOOM_OK) {
+    state->step = s.step;
+    if (s.schedule) warn_schedule_change(f, path, s.schedule, s.step);
+  } else {
+    loom_error_prefix("loom_checkpoint_restore '%s'", path);
+  }
   free(p.items);
   free(p.param_steps);
   loom_safetensors_close(f);
