@@ -258,6 +258,13 @@ for prec in fp32 fp16; do
   step "mnist_${prec}_cuda_graph" --gpu --needs "$B/examples/loom-mnist" --timeout 240 -- \
     "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42 --precision $prec --cuda-graph"
 done
+# loom-resnet (ResNet-20, Fashion-MNIST, fp16, channels-last) eager vs one CUDA graph per step: samples/s.
+for mode in eager cuda_graph; do
+  flag=""
+  [ "$mode" = cuda_graph ] && flag="--cuda-graph"
+  step "resnet20_fp16_$mode" --gpu --needs "$B/examples/loom-resnet" --timeout 300 -- \
+    "'$B/examples/loom-resnet' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42 --precision fp16 $flag"
+done
 # The profiler with CUDA-event device time: its summary (in logs.txt) must show device slices.
 step mnist_profile --gpu --needs "$B/examples/loom-mnist" --timeout 180 -- \
   "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42 --quiet --profile '$B/gpu-trace.json' --logdir '$B/gpu-logs'"

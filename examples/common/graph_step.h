@@ -33,7 +33,15 @@ typedef struct graph_step {
   loom_graph *g;
   bool replaying;           /* a CUDA graph is ready */
   loom_tensor *loss, *logits;  /* the captured step's outputs (owned) */
+  loom_tensor *x, *y;          /* the static inputs (owned), made like the first batch */
 } graph_step;
+
+/* The next training batch in the static input buffers: the first call
+ * takes a batch from the loader and makes the buffers like it (shape,
+ * dtype, device, channels-last or not); later ones have the loader write
+ * into them (loom_loader_next_into). *x / *y: the buffers, or NULL at the
+ * end of an epoch. Returns 0, or 1 after printing why. */
+int graph_step_next_batch(graph_step *gs, loom_loader *l, const char *prog, loom_tensor **x, loom_tensor **y);
 
 /* Run the next step; *loss / *logits: its outputs (valid until the next
  * call; do not release). Returns 0, or 1 after printing why (prog: for
@@ -41,8 +49,8 @@ typedef struct graph_step {
 int graph_step_run(graph_step *gs, const char *prog, loom_tensor **loss, loom_tensor **logits);
 /* Say what happened (one line on stdout). */
 void graph_step_report(const graph_step *gs, const char *prog);
-/* Release the captured step's outputs and the gradients made in it (the
- * optimizer must still be alive). */
+/* Release the captured step's outputs, the static inputs and the gradients
+ * made in the capture (the optimizer must still be alive). */
 void graph_step_close(graph_step *gs);
 /* Free the graph and its private pool: after the optimizer is freed (on a
  * GPU its kernel-argument table was allocated during the capture). */

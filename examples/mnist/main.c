@@ -500,13 +500,6 @@ static int train(options o, loom_comm *comm) {
   /* --cuda-graph: the step reads static input buffers the loader fills. */
   mlp_step ms = {model, NULL, NULL, in_features, opt, scaler, ddp};
   graph_step gs = {.dev = dev, .warmup = 3, .fn = mlp_train_step, .ctx = &ms, .opt = opt};
-  if (o.cuda_graph) {
-    int64_t xshape[LOOM_MAX_DIMS + 1] = {o.batch}, yshape[1] = {o.batch};
-    for (int d = 0; d < nd; d++) xshape[d + 1] = xs[d];
-    ms.x = loom_empty(nd + 1, xshape, LOOM_F32, dev);
-    ms.y = loom_empty(1, yshape, LOOM_I64, dev);
-    if (!ms.x || !ms.y) return fail("--cuda-graph input buffers");
-  }
   if (!o.quiet) {
     printf("model: %s", loom_module_name(model));
     for (int i = 0; i < loom_module_num_children(model); i++) printf(" %s", loom_module_name(loom_module_child(model, i)));
@@ -542,24 +535,21 @@ static int train(options o, loom_comm *comm) {
       if (observe_step_begin(obs, global_step)) return 1;
       loom_scope_begin();
       loom_tensor *x, *y;
-      int64_t b = 0;
-      if (o.cuda_graph) {
-        if (loom_loader_next_into(train, ms.x, ms.y, &b) != LOOM_OK) return fail("training loader");
-        x = b ? ms.x : NULL, y = ms.y;
-      } else {
-        if (loom_loader_next(train, &x, &y) != LOOM_OK) return fail("training loader");
-        b = x ? loom_tensor_dim(x, 0) : 0;
-      }
+      if (o.cuda_graph ? graph_step_next_batch(&gs, train, "loom-mnist", &x, &y)
+                       : loom_loader_next(train, &x, &y) != LOOM_OK && fail("training loader"))
+        return 1;
       if (!x) {
         loom_scope_end();
         break;
       }
+      int64_t b = loom_tensor_dim(x, 0);
       double lr = loom_lr_at(&sched, global_step);  /* what the optimizer takes this step */
       /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
       bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
       double scale = logged ? loom_scaler_get_scale(scaler) : 0.0;  /* the scale this step uses */
       loom_tensor *loss = NULL, *logits = NULL;
       if (o.cuda_graph) {
+        ms.x = x, ms.y = y;
         if (graph_step_run(&gs, "loom-mnist", &loss, &logits)) return 1;
       } else if (o.on_oom_shrink) {  /* micro-batches, halved on OOM (library: loom_backward_micro_batches) */
         int64_t flat[2] = {b, in_features};
@@ -643,10 +633,6 @@ static int train(options o, loom_comm *comm) {
   loom_scaler_free(scaler);
   loom_optimizer_free(opt);
   graph_step_free(&gs);
-  if (o.cuda_graph) {
-    loom_tensor_release(ms.x);
-    loom_tensor_release(ms.y);
-  }
   free(params);
   loom_module_free(model);
   loom_loader_free(train);

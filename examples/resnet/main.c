@@ -16,7 +16,7 @@
  *               [--synthetic CxHxW --steps N [--warmup N]]
  *               [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]
  *               [--checkpoint-every N]   (activation checkpointing: recompute each run of N residual blocks)
- *               [--logdir DIR] [--profile FILE]
+ *               [--logdir DIR] [--profile FILE] [--cuda-graph]  (one captured CUDA graph per step)
  *
  * --save DIR writes DIR/checkpoint.safetensors (parameters, SGD momentum,
  * BN statistics, loss scaler, loader position, RNG, step; atomically) at the
@@ -46,6 +46,7 @@
 #include <loom/loom.h>
 
 #include "../common/datasets.h"
+#include "../common/graph_step.h"
 #include "../common/observe.h"
 #include "../common/session.h"
 
@@ -57,6 +58,7 @@ typedef struct options {
   int64_t max_steps;    /* --max-steps N: stop after global step N (0: run every epoch) */
   int resume, scale_lr;
   int gpus;             /* --gpus: 0 none, -1 all, N */
+  int cuda_graph;       /* --cuda-graph: capture the step once, replay it */
   int64_t batch, train_limit, test_limit, steps, warmup;
   int64_t checkpoint_every; /* --checkpoint-every N (loom_resnet_options.checkpoint_every; 0: off) */
   double lr, wd;
@@ -83,7 +85,7 @@ static void usage(FILE *f) {
           "                   [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]\n"
           "                   [--synthetic CxHxW --steps N [--warmup N]]\n"
           "                   [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]\n"
-          "                   [--checkpoint-every N]\n"
+          "                   [--checkpoint-every N] [--cuda-graph]\n"
           "Trains a ResNet on DIR: CIFAR-10 binary batches when it holds data_batch_*.bin, IDX files\n"
           "(Fashion-MNIST, MNIST) otherwise (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: resnet20 (option-A shortcut for CIFAR-style nets), 30 epochs, batch 128, SGD Nesterov\n"
@@ -95,6 +97,9 @@ static void usage(FILE *f) {
           "Data parallel: run under mpirun -np N (one rank per process), or\n"
           "--gpus all|N for N local GPUs in one process; --batch is per rank, --scale-lr scales the LR\n"
           "by the world size.\n");
+  fprintf(f, "--cuda-graph: after 3 warm-up steps the whole training step is captured once and replayed (the\n"
+             "loader writes each batch into the graph's inputs); on the CPU the step is checked capture-safe and runs\n"
+             "eagerly.\n");
   fprintf(f, "--checkpoint-every N: activation checkpointing; each run of N residual blocks of a stage keeps only its\n"
              "input and is recomputed in backward (less memory, one more forward); 0 (the default): off.\n");
   observe_usage(f);
@@ -142,6 +147,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--no-augment")) { o->augment = 0; continue; }
     if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
     if (!strcmp(a, "--scale-lr")) { o->scale_lr = 1; continue; }
+    if (!strcmp(a, "--cuda-graph")) { o->cuda_graph = 1; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "loom-resnet: %s needs a value\n", a);
       return 0;
@@ -305,6 +311,18 @@ static loom_tensor *train_step(trainer *t, loom_tensor *x, loom_tensor *y, loom_
   if (t->ddp && loom_ddp_sync(t->ddp) != LOOM_OK) return NULL; /* the last bucket's average */
   if (loom_scaler_step(t->scaler, t->opt, NULL) != LOOM_OK) return NULL;
   return loss;
+}
+
+/* train_step as a graph_step_fn (graph_step.h): the batch is in ctx. */
+typedef struct step_ctx {
+  trainer *t;
+  loom_tensor *x, *y;
+} step_ctx;
+
+static loom_status graph_train_step(void *ctx, loom_tensor **loss, loom_tensor **logits) {
+  step_ctx *c = ctx;
+  *loss = train_step(c->t, c->x, c->y, logits);
+  return *loss ? LOOM_OK : loom_last_status();
 }
 
 static int evaluate(loom_module *model, loom_loader *test, double *accuracy) {
@@ -509,6 +527,8 @@ static int train(options o, loom_comm *comm) {
   so.nesterov = true;
   so.weight_decay = o.wd;
   trainer t = {model, NULL, loom_scaler_new(&sco), NULL};
+  step_ctx sc = {&t, NULL, NULL};
+  graph_step gs = {.dev = dev, .warmup = 3, .fn = graph_train_step, .ctx = &sc};
   if (!model) rc = fail("model");
   else if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(model, o.precision, true) != LOOM_OK)
     rc = fail("--precision");
@@ -519,6 +539,10 @@ static int train(options o, loom_comm *comm) {
   else if (world > 1 &&
            (!(t.ddp = loom_ddp_new(model, comm, NULL)) || loom_ddp_attach_scaler(t.ddp, t.scaler) != LOOM_OK))
     rc = fail("data parallel");
+  else if (o.cuda_graph && (world > 1 || o.syn[0]))
+    rc = fprintf(stderr, "loom-resnet: --cuda-graph captures one device's whole training step on data; it does not "
+                 "combine with %s\n", world > 1 ? "data parallelism" : "--synthetic") > 0;
+  gs.opt = t.opt;
   if (rc) goto done;
 
   if (!o.quiet) {
@@ -553,6 +577,12 @@ static int train(options o, loom_comm *comm) {
   session_ckpt saver;
   if ((rc = session_ckpt_open(&saver, "loom-resnet", o.save_dir, o.save_every, o.resume, rank, o.quiet, &ckpt)))
     goto done;
+  /* The optimizer follows the schedule itself (on a GPU, on the device: a
+   * replayed graph steps through it too). */
+  if (loom_optimizer_set_schedule(t.opt, &sched, ckpt.step) != LOOM_OK) {
+    rc = fail("lr schedule");
+    goto done;
+  }
 
   FILE *csv = NULL;
   if (o.csv && rank == 0) {
@@ -583,9 +613,10 @@ static int train(options o, loom_comm *comm) {
     for (;;) {
       loom_scope_begin();
       loom_tensor *x, *y;
-      if (loom_loader_next(train, &x, &y) != LOOM_OK) {
+      if (o.cuda_graph ? graph_step_next_batch(&gs, train, "loom-resnet", &x, &y)
+                       : loom_loader_next(train, &x, &y) != LOOM_OK && fail("training loader")) {
         loom_scope_end();
-        rc = fail("training loader");
+        rc = 1;
         break;
       }
       if (!x) {
@@ -597,14 +628,19 @@ static int train(options o, loom_comm *comm) {
         rc = 1;
         break;
       }
-      double lr = loom_lr_at(&sched, global_step);
-      loom_optimizer_set_lr(t.opt, lr);
+      double lr = loom_lr_at(&sched, global_step); /* what the optimizer takes this step */
       /* Reading the loss, accuracy or scale waits for the device: only on logged steps. */
       bool logged = observe_log_step(obs, global_step, step + 1 == steps_per_epoch);
       double scale = logged ? loom_scaler_get_scale(t.scaler) : 0.0; /* the scale this step uses */
-      loom_tensor *logits = NULL;
-      loom_tensor *loss = train_step(&t, x, y, &logits);
-      if (!loss) {
+      loom_tensor *logits = NULL, *loss = NULL;
+      if (o.cuda_graph) {
+        sc.x = x, sc.y = y;
+        if (graph_step_run(&gs, "loom-resnet", &loss, &logits)) {
+          loom_scope_end();
+          rc = 1;
+          break;
+        }
+      } else if (!(loss = train_step(&t, x, y, &logits))) {
         loom_scope_end();
         rc = fail("training step");
         break;
@@ -669,6 +705,7 @@ static int train(options o, loom_comm *comm) {
   }
   if (observe_close(obs)) rc = 1;
   if (csv) fclose(csv);
+  if (o.cuda_graph && !o.quiet && rank == 0) graph_step_report(&gs, "loom-resnet");
   /* Resumed from a finished run: nothing trained, still report. */
   if (!rc && train_seconds == 0 && (rc = evaluate(model, test, &accuracy))) goto done;
   if (!rc) rc = session_ckpt_step(&saver, &ckpt, global_step, 1, o.quiet);
@@ -689,9 +726,11 @@ static int train(options o, loom_comm *comm) {
            loom_scaler_get_scale(t.scaler), (long long)loom_scaler_steps_skipped(t.scaler), world);
   }
 done:
+  graph_step_close(&gs);
   loom_ddp_free(t.ddp);
   loom_scaler_free(t.scaler);
   loom_optimizer_free(t.opt);
+  graph_step_free(&gs);
   loom_module_free(model);
   loom_loader_free(train);
   loom_loader_free(test);
