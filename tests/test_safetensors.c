@@ -299,7 +299,7 @@ static void staged_round_trips(const char *dir, bool allow) {
 Test(atomic_file, staged_writes_keep_every_byte_at_every_size) {
   make_dir();
   staged_round_trips(g_dir, true);
-  staged_round_trips("/dev/shm", true);  /* tmpfs: no O_DIRECT, buffered */
+  if (access("/dev/shm", W_OK) == 0) staged_round_trips("/dev/shm", true);  /* tmpfs: no O_DIRECT, buffered */
   loom_set_checkpoint_direct(false);
   staged_round_trips(g_dir, false);
   loom_set_checkpoint_direct(true);
