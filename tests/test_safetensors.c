@@ -21,25 +21,9 @@
 
 static char g_dir[256];
 
-static void make_dir(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(g_dir, sizeof g_dir, "%s/loom-st-XXXXXX", base && *base ? base : "/tmp");
-  cr_assert_not_null(mkdtemp(g_dir), "mkdtemp");
-}
+static void make_dir(void) { tk_tmpdir(g_dir, sizeof g_dir, "loom-st"); }
 
-static void remove_dir(void) {
-  DIR *d = opendir(g_dir);
-  if (!d) return;
-  struct dirent *e;
-  char p[512];
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-    unlink(p);
-  }
-  closedir(d);
-  rmdir(g_dir);
-}
+static void remove_dir(void) { tk_tmpdir_remove(g_dir); }
 
 static const char *path_in(const char *name) {
   static char p[512];

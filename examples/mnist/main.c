@@ -46,18 +46,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <loom/data.h>
 #include <loom/loom.h>
 
+#include "../common/cli.h"
 #include "../common/datasets.h"
 #include "../common/graph_step.h"
 #include "../common/observe.h"
 #include "../common/session.h"
 
 #define MAX_HIDDEN 16
+
+/* Progress lines: every 100 steps off a terminal. */
+static const cli_progress_style PROGRESS = {100, 8, 0};
 
 typedef struct options {
   const char *data;
@@ -89,10 +92,8 @@ typedef struct options {
   observe_opts obs;
 } options;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
+  return cli_parse_i64("loom-mnist", flag, s, lo, out);
 }
 
 static void usage(FILE *f) {
@@ -111,18 +112,6 @@ static void usage(FILE *f) {
           "Defaults: 784->1024->1024->10, AdamW lr 1e-3, batch 128, 10 epochs, cosine schedule with\n"
           "half an epoch of linear warm-up, seed 42, 2 loader workers, fp32.\n");
   observe_usage(f);
-}
-
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo) {
-    fprintf(stderr, "loom-mnist: %s expects an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
-    return 0;
-  }
-  *out = v;
-  return 1;
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -239,23 +228,6 @@ static loom_dataset *open_split(const char *dir, const char *prefix) {
             "  (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
             prefix, prefix, dir);
   return ds;
-}
-
-static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, int64_t steps, double loss, double sps) {
-  if (quiet) return;
-  if (tty) {
-    int width = 30, filled = steps ? (int)(width * step / steps) : width;
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
-    bar[width] = '\0';
-    printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %8.0f samples/s", epoch, epochs, bar, (long long)step,
-           (long long)steps, loss, sps);
-    fflush(stdout);
-  } else if (step % 100 == 0 || step == steps) {
-    printf("epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f\n", epoch, epochs, (long long)step, (long long)steps,
-           loss, sps);
-    fflush(stdout);
-  }
 }
 
 static int fail(const char *what) {
@@ -529,7 +501,7 @@ static int train(options o, loom_comm *comm) {
   int64_t train_samples = 0, global_step = ckpt.step, micro = o.batch;
   for (int epoch = (int)loom_loader_epoch(train) + 1; epoch <= o.epochs; epoch++) {
     loom_loader_stats_reset(train);
-    double t0 = now_s(), loss_sum = 0, last_loss = 0;
+    double t0 = cli_now_s(), loss_sum = 0, last_loss = 0;
     int64_t step = 0, epoch_samples = 0;
     for (;;) {
       if (observe_step_begin(obs, global_step)) return 1;
@@ -577,14 +549,14 @@ static int train(options o, loom_comm *comm) {
       if (step % 20 == 0 || step == steps_per_epoch) {
         if (loom_item(loss, &last_loss) != LOOM_OK) return fail("reading the loss");
         loss_sum += last_loss;
-        progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
-                 (double)epoch_samples / (now_s() - t0));
+        cli_progress(PROGRESS, tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
+                     (double)epoch_samples / (cli_now_s() - t0));
       }
       if (observe_step_end(obs, &os)) return 1;
       loom_scope_end();
     }
     loom_device_synchronize(dev);
-    double dt = now_s() - t0;
+    double dt = cli_now_s() - t0;
     loom_loader_stats st = {.size = sizeof st};
     loom_loader_stats_get(train, &st);
     wait_share = st.wait_fraction;

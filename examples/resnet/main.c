@@ -39,16 +39,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <loom/data.h>
 #include <loom/loom.h>
 
+#include "../common/cli.h"
 #include "../common/datasets.h"
 #include "../common/graph_step.h"
 #include "../common/observe.h"
 #include "../common/session.h"
+
+/* Progress lines: every 50 steps off a terminal. */
+static const cli_progress_style PROGRESS = {50, 7, 1};
 
 typedef struct options {
   const char *data, *model, *device, *schedule, *csv;
@@ -70,10 +73,8 @@ typedef struct options {
   observe_opts obs; /* --logdir, --profile (examples/common/observe.h) */
 } options;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
+  return cli_parse_i64("loom-resnet", flag, s, lo, out);
 }
 
 static void usage(FILE *f) {
@@ -103,18 +104,6 @@ static void usage(FILE *f) {
   fprintf(f, "--checkpoint-every N: activation checkpointing; each run of N residual blocks of a stage keeps only its\n"
              "input and is recomputed in backward (less memory, one more forward); 0 (the default): off.\n");
   observe_usage(f);
-}
-
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo) {
-    fprintf(stderr, "loom-resnet: %s expects an integer >= %lld, got '%s'\n", flag, (long long)lo, s);
-    return 0;
-  }
-  *out = v;
-  return 1;
 }
 
 static int parse_f(const char *flag, const char *s, double lo, double *out) {
@@ -351,22 +340,6 @@ static int evaluate(loom_module *model, loom_loader *test, double *accuracy) {
   return rc;
 }
 
-static void progress(int tty, int quiet, int epoch, int epochs, int64_t step, int64_t steps, double loss, double sps) {
-  if (quiet) return;
-  if (tty) {
-    int width = 30, filled = steps ? (int)(width * step / steps) : width;
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
-    bar[width] = '\0';
-    printf("\repoch %d/%d [%s] %lld/%lld loss %.4f %7.1f samples/s", epoch, epochs, bar, (long long)step,
-           (long long)steps, loss, sps);
-  } else if (step % 50 == 0 || step == steps) {
-    printf("epoch %d/%d step %lld/%lld loss %.4f samples/s %.1f\n", epoch, epochs, (long long)step, (long long)steps,
-           loss, sps);
-  }
-  fflush(stdout);
-}
-
 /* --synthetic: warm-up steps, then `steps` timed ones on one random batch
  * (generated once, as timm's benchmark does, so data costs nothing). Every
  * rank times the same steps; rank 0 reports the global rate. */
@@ -385,7 +358,7 @@ static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_dev
   for (int64_t s = 0; s < o->warmup + o->steps; s++) {
     if (s == o->warmup) {
       if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
-      t0 = now_s();
+      t0 = cli_now_s();
     }
     loom_scope_begin();
     loom_tensor *l = train_step(t, x, y, NULL);
@@ -394,7 +367,7 @@ static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_dev
     loom_scope_end();
   }
   if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
-  double dt = now_s() - t0;
+  double dt = cli_now_s() - t0;
   if (rank != 0) return 0;
   if (o->memory_stats) {
     char *summary = loom_memory_summary(dev);
@@ -606,7 +579,7 @@ static int train(options o, loom_comm *comm) {
   int stopped = 0; /* --max-steps reached */
   for (int epoch = (int)loom_loader_epoch(train) + 1; epoch <= o.epochs && !rc && !stopped; epoch++) {
     loom_loader_stats_reset(train);
-    double t0 = now_s(), loss_sum = 0, last_loss = 0;
+    double t0 = cli_now_s(), loss_sum = 0, last_loss = 0;
     /* A resumed epoch starts where the checkpoint left it. */
     int64_t step = global_step - (int64_t)(epoch - 1) * steps_per_epoch, epoch_samples = 0, reads = 0;
     if (step < 0 || step > steps_per_epoch) step = 0;
@@ -661,8 +634,8 @@ static int train(options o, loom_comm *comm) {
       if (!rc && (step % 10 == 0 || step == steps_per_epoch)) {
         if (loom_item(loss, &last_loss) != LOOM_OK) rc = fail("reading the loss");
         loss_sum += last_loss, reads++;
-        progress(tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
-                 (double)epoch_samples / (now_s() - t0));
+        cli_progress(PROGRESS, tty, o.quiet, epoch, o.epochs, step, steps_per_epoch, last_loss,
+                     (double)epoch_samples / (cli_now_s() - t0));
       }
       loom_scope_end();
       if (rc) break;
@@ -673,7 +646,7 @@ static int train(options o, loom_comm *comm) {
     }
     if (rc) break;
     loom_device_synchronize(dev);
-    double dt = now_s() - t0;
+    double dt = cli_now_s() - t0;
     loom_loader_stats st = {.size = sizeof st};
     loom_loader_stats_get(train, &st);
     wait_share = st.wait_fraction;

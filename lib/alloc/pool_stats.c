@@ -2,6 +2,7 @@
  * and the JSON snapshot of segments, blocks and the event history. */
 #include <stdarg.h>
 
+#include "core/text.h"
 #include "alloc/pool_internal.h"
 
 static const char *const hist_names[] = {"alloc", "free", "free_completed", "segment_alloc", "segment_free", "oom"};
@@ -64,44 +65,22 @@ void loom_pool_reset_counters(loom_pool *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Growable string for the summary and the snapshot. */
-typedef struct sbuf { char *s; size_t len, cap; int failed; } sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  if (b->failed) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) { b->failed = 1; return; }
-    if (b->s && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
-    size_t nc = b->cap ? b->cap * 2 : 4096;
-    while (nc < b->len + (size_t)n + 1) nc *= 2;
-    char *ns = realloc(b->s, nc);
-    if (!ns) { b->failed = 1; return; }
-    b->s = ns;
-    b->cap = nc;
-  }
-}
-
 /* A JSON string (null for NULL); sites are op names and user range names. */
-static void sb_json_str(sbuf *b, const char *s) {
+static void sb_json_str(loom_text *b, const char *s) {
   if (!s) {
-    sb_printf(b, "null");
+    loom_text_printf(b, "null");
     return;
   }
-  sb_printf(b, "\"");
+  loom_text_printf(b, "\"");
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') sb_printf(b, "\\%c", *c);
-    else if (*c < 0x20) sb_printf(b, "\\u%04x", *c);
-    else sb_printf(b, "%c", *c);
+    if (*c == '"' || *c == '\\') loom_text_printf(b, "\\%c", *c);
+    else if (*c < 0x20) loom_text_printf(b, "\\u%04x", *c);
+    else loom_text_printf(b, "%c", *c);
   }
-  sb_printf(b, "\"");
+  loom_text_printf(b, "\"");
 }
 
-static char *sb_finish(sbuf *b) {
+static char *sb_finish(loom_text *b) {
   if (b->failed) {
     free(b->s);
     loom_set_error(LOOM_ERR_OOM, "out of host memory formatting allocator state");
@@ -116,18 +95,18 @@ char *loom_pool_summary(loom_pool *p) {
   fill_stats(p, &s);
   int npend = p->npend;
   pthread_mutex_unlock(&p->mu);
-  sbuf b = {0};
+  loom_text b = {0};
   char x[32], y[32];
   char gr[80];
   if (p->cfg.expandable)
     snprintf(gr, sizeof gr, " (expandable segments, %s granules)", fmt_bytes(x, sizeof x, p->granule));
-  sb_printf(&b, "loom memory summary: %s%s\n", p->cfg.name,
+  loom_text_printf(&b, "loom memory summary: %s%s\n", p->cfg.name,
             p->arena ? " (preallocated arena, no growth)" : p->cfg.expandable ? gr : "");
-  sb_printf(&b, "  limit: %s   max_split_size: %s   gc threshold: %g\n",
+  loom_text_printf(&b, "  limit: %s   max_split_size: %s   gc threshold: %g\n",
             s.limit_bytes ? fmt_bytes(x, sizeof x, (uint64_t)s.limit_bytes) : "none",
             s.max_split_size < 0 ? "unlimited" : fmt_bytes(y, sizeof y, (uint64_t)s.max_split_size),
             p->cfg.gc_threshold);
-  sb_printf(&b, "  %-22s %-6s %14s %14s\n", "metric", "pool", "current", "peak");
+  loom_text_printf(&b, "  %-22s %-6s %14s %14s\n", "metric", "pool", "current", "peak");
   struct { const char *name; loom_memory_stat *a; int bytes; } rows[] = {
       {"allocated", s.allocated_bytes, 1}, {"reserved", s.reserved_bytes, 1},
       {"active", s.active_bytes, 1},       {"inactive split", s.inactive_split_bytes, 1},
@@ -138,15 +117,15 @@ char *loom_pool_summary(loom_pool *p) {
   for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
     for (int k = 0; k < LOOM_MEM_POOLS; k++) {
       if (rows[r].bytes)
-        sb_printf(&b, "  %-22s %-6s %14s %14s\n", k ? "" : rows[r].name, pools[k],
+        loom_text_printf(&b, "  %-22s %-6s %14s %14s\n", k ? "" : rows[r].name, pools[k],
                   fmt_bytes(x, sizeof x, (uint64_t)rows[r].a[k].current),
                   fmt_bytes(y, sizeof y, (uint64_t)rows[r].a[k].peak));
       else
-        sb_printf(&b, "  %-22s %-6s %14" PRId64 " %14" PRId64 "\n", k ? "" : rows[r].name, pools[k],
+        loom_text_printf(&b, "  %-22s %-6s %14" PRId64 " %14" PRId64 "\n", k ? "" : rows[r].name, pools[k],
                   rows[r].a[k].current, rows[r].a[k].peak);
     }
   }
-  sb_printf(&b,
+  loom_text_printf(&b,
             "  counters: allocs %" PRId64 ", frees %" PRId64 ", cache hits %" PRId64 ", cross-stream reuses %" PRId64
             ", device allocs %" PRId64 ", device frees %" PRId64 ", retries %" PRId64 ", OOMs %" PRId64
             ", pending frees %d\n",
@@ -163,11 +142,11 @@ static const char *state_name(int st) {
 }
 
 char *loom_pool_snapshot_json(loom_pool *p) {
-  sbuf b = {0};
+  loom_text b = {0};
   pthread_mutex_lock(&p->mu);
   loom_memory_stats s;
   fill_stats(p, &s);
-  sb_printf(&b, "{\"device\":\"%s\",\"preallocated\":%s,\"expandable_segments\":%s,\"stats\":{", p->cfg.name,
+  loom_text_printf(&b, "{\"device\":\"%s\",\"preallocated\":%s,\"expandable_segments\":%s,\"stats\":{", p->cfg.name,
             p->arena ? "true" : "false", p->cfg.expandable ? "true" : "false");
   struct { const char *name; loom_memory_stat *a; } rows[] = {
       {"allocated_bytes", s.allocated_bytes}, {"reserved_bytes", s.reserved_bytes},
@@ -177,13 +156,13 @@ char *loom_pool_snapshot_json(loom_pool *p) {
   };
   const char *pools[] = {"all", "small_pool", "large_pool"};
   for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-    sb_printf(&b, "%s\"%s\":{", r ? "," : "", rows[r].name);
+    loom_text_printf(&b, "%s\"%s\":{", r ? "," : "", rows[r].name);
     for (int k = 0; k < LOOM_MEM_POOLS; k++)
-      sb_printf(&b, "%s\"%s\":{\"current\":%" PRId64 ",\"peak\":%" PRId64 "}", k ? "," : "", pools[k],
+      loom_text_printf(&b, "%s\"%s\":{\"current\":%" PRId64 ",\"peak\":%" PRId64 "}", k ? "," : "", pools[k],
                 rows[r].a[k].current, rows[r].a[k].peak);
-    sb_printf(&b, "}");
+    loom_text_printf(&b, "}");
   }
-  sb_printf(&b,
+  loom_text_printf(&b,
             ",\"num_allocs\":%" PRId64 ",\"num_frees\":%" PRId64 ",\"num_cache_hits\":%" PRId64
             ",\"num_cross_stream_reuses\":%" PRId64 ",\"num_device_allocs\":%" PRId64 ",\"num_device_frees\":%" PRId64
             ",\"num_alloc_retries\":%" PRId64 ",\"num_ooms\":%" PRId64 ",\"limit_bytes\":%" PRId64
@@ -192,31 +171,31 @@ char *loom_pool_snapshot_json(loom_pool *p) {
             s.num_device_frees, s.num_alloc_retries, s.num_ooms, s.limit_bytes, s.max_split_size);
   for (int i = 0; i < p->nsegs; i++) {
     segment *sg = p->segs[i];
-    sb_printf(&b,
+    loom_text_printf(&b,
               "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"mapped\":%zu,\"expandable\":%s,\"pool\":\"%s\",\"stream\":%" PRIuPTR
               ",\"blocks\":[",
               i ? "," : "", sg->base, sg->size, sg->mapped, sg->expandable ? "true" : "false",
               sg->kind == LOOM_POOL_SMALL ? "small" : "large", (uintptr_t)sg->stream);
     for (block *x = sg->head; x; x = x->next) {
       int unused = x->state == LOOM_BLOCK_FREE || x->state == LOOM_BLOCK_UNMAPPED;
-      sb_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\",\"site\":",
+      loom_text_printf(&b, "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested\":%zu,\"state\":\"%s\",\"site\":",
                 x == sg->head ? "" : ",", x->addr, x->size, unused ? (size_t)0 : x->requested, state_name(x->state));
       sb_json_str(&b, unused ? NULL : x->site);
-      sb_printf(&b, "}");
+      loom_text_printf(&b, "}");
     }
-    sb_printf(&b, "]}");
+    loom_text_printf(&b, "]}");
   }
-  sb_printf(&b, "],\"history\":[");
+  loom_text_printf(&b, "],\"history\":[");
   for (int i = 0; i < p->hist_len; i++) {
     int idx = (p->hist_head - p->hist_len + i + p->cfg.history) % p->cfg.history;
     hist_entry *h = &p->hist[idx];
-    sb_printf(&b, "%s{\"seq\":%" PRIu64 ",\"ts_ns\":%" PRId64 ",\"action\":\"%s\",\"address\":%" PRIuPTR
+    loom_text_printf(&b, "%s{\"seq\":%" PRIu64 ",\"ts_ns\":%" PRId64 ",\"action\":\"%s\",\"address\":%" PRIuPTR
               ",\"size\":%zu,\"stream\":%" PRIuPTR ",\"site\":",
               i ? "," : "", h->seq, h->ts_ns, hist_names[h->action], h->addr, h->size, (uintptr_t)h->stream);
     sb_json_str(&b, h->site);
-    sb_printf(&b, "}");
+    loom_text_printf(&b, "}");
   }
-  sb_printf(&b, "]}");
+  loom_text_printf(&b, "]}");
   pthread_mutex_unlock(&p->mu);
   return sb_finish(&b);
 }

@@ -95,8 +95,7 @@ static bool set_direct(loom_atomic_file *af, bool on) {
  * a refusal (EINVAL) or a short, unaligned write switches to buffered. */
 static loom_status write_out(loom_atomic_file *af, const char *p, size_t n) {
   while (n > 0) {
-    size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-    ssize_t w = write(af->fd, p, chunk);
+    ssize_t w = write(af->fd, p, n); /* n <= STAGE_BYTES */
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EINVAL && af->direct && set_direct(af, false)) continue;

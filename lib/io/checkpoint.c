@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "data/data_internal.h"
 #include "loom/autograd.h"
 #include "loom/log.h"
@@ -287,16 +288,6 @@ static const char *lookup_prefixed(void *ctx, const char *key) {
   return loom_safetensors_metadata(c->f, full);
 }
 
-static int parse_i64(const char *s, int64_t *out) {
-  if (!s || !*s) return 0;
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end) return 0;
-  *out = v;
-  return 1;
-}
-
 static int parse_u64(const char *s, uint64_t *out) {
   if (!s || !*s || *s == '-') return 0;
   char *end = NULL;
@@ -310,7 +301,7 @@ static int parse_u64(const char *s, uint64_t *out) {
 static loom_status meta_i64(const loom_safetensors *f, const char *key, int64_t lo, int64_t *out) {
   const char *s = loom_safetensors_metadata(f, key);
   if (!s) return loom_set_error(LOOM_ERR_FORMAT, "checkpoint: metadata '%s' is missing", key);
-  if (!parse_i64(s, out) || *out < lo)
+  if (!loom_parse_i64(s, out) || *out < lo)
     return loom_set_error(LOOM_ERR_FORMAT, "checkpoint: metadata %s = '%s' is not an integer >= %lld", key, s,
                           (long long)lo);
   return LOOM_OK;

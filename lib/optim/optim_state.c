@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "optim/optim_internal.h"
 #include "optim/optim_state.h"
 #ifdef LOOM_HAVE_CUDA
@@ -121,16 +122,6 @@ static int parse_double(const char *s, double *out) {
   return 1;
 }
 
-static int parse_i64(const char *s, int64_t *out) {
-  if (!s || !*s) return 0;
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end) return 0;
-  *out = v;
-  return 1;
-}
-
 /* The saved value of key as a double, or an error naming it. */
 static loom_status need_double(loom_optim_lookup lookup, void *ctx, const char *key, double lo, double hi,
                                double *out) {
@@ -148,7 +139,7 @@ static loom_status need_double(loom_optim_lookup lookup, void *ctx, const char *
 static loom_status groups_check(const loom_optimizer *o, loom_optim_lookup lookup, void *ctx) {
   const char *s = lookup(ctx, "param_groups");
   int64_t ng = 1;
-  if (s && (!parse_i64(s, &ng) || ng < 1))
+  if (s && (!loom_parse_i64(s, &ng) || ng < 1))
     return loom_set_error(LOOM_ERR_FORMAT, "optimizer state: optim.param_groups = '%s' is not a count", s);
   if (ng != o->n_groups)
     return loom_set_error(LOOM_ERR_INVALID_ARG,
@@ -161,7 +152,7 @@ static loom_status groups_check(const loom_optimizer *o, loom_optim_lookup looku
     int64_t n;
     snprintf(key, sizeof key, "param_groups.%d.params", g);
     const char *c = lookup(ctx, key);
-    if (!parse_i64(c, &n) || n < 0)
+    if (!loom_parse_i64(c, &n) || n < 0)
       return loom_set_error(LOOM_ERR_FORMAT, "optimizer state: optim.%s = '%s' is not a count", key,
                             c ? c : "(missing)");
     if (n != o->groups[g].n)
@@ -186,7 +177,7 @@ loom_status loom_optim_hparams_check(const loom_optimizer *o, loom_optim_lookup 
                           type, mine);
   int64_t steps;
   const char *s = lookup(ctx, "steps");
-  if (!parse_i64(s, &steps) || steps < 0)
+  if (!loom_parse_i64(s, &steps) || steps < 0)
     return loom_set_error(LOOM_ERR_FORMAT, "optimizer state: optim.steps = '%s' is not a count", s ? s : "(missing)");
   double v;
   LOOM_TRY(need_double(lookup, ctx, "lr", 0, INFINITY, &v));
@@ -220,7 +211,7 @@ loom_status loom_optim_hparams_check(const loom_optimizer *o, loom_optim_lookup 
 
 void loom_optim_hparams_apply(loom_optimizer *o, loom_optim_lookup lookup, void *ctx) {
   int64_t steps = 0;
-  parse_i64(lookup(ctx, "steps"), &steps);
+  loom_parse_i64(lookup(ctx, "steps"), &steps);
   o->steps = steps;
   parse_double(lookup(ctx, "lr"), &o->lr);
   if (o->kind == LOOM_OPTIM_ADAMW) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "core/error.h"
 #include "prof/prof_internal.h"
 
@@ -190,41 +191,6 @@ int loom_prof_summary_fill(const prof_session *s, loom_profiler_row *rows, size_
   return n;
 }
 
-/* Growable text. */
-typedef struct sb {
-  char *s;
-  size_t len, cap;
-  int failed;
-} sb;
-
-static void sbf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sbf(sb *b, const char *fmt, ...) {
-  if (b->failed) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->failed = 1;
-      return;
-    }
-    if (b->s && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t nc = b->cap ? b->cap * 2 : 4096;
-    while (nc < b->len + (size_t)n + 1) nc *= 2;
-    char *ns = realloc(b->s, nc);
-    if (!ns) {
-      b->failed = 1;
-      return;
-    }
-    b->s = ns;
-    b->cap = nc;
-  }
-}
-
 static const char *fmt_time(char *buf, size_t n, double us) {
   if (us <= 0) snprintf(buf, n, "-");
   else if (us < 1e3) snprintf(buf, n, "%.1fus", us);
@@ -240,15 +206,15 @@ char *loom_prof_summary_text(const prof_session *s, int max_rows) {
     return NULL;
   }
   sort_rows(t);
-  sb b = {0};
+  loom_text b = {0};
   double wall_ms = (double)(s->t_stop - s->t_start) / 1e6;
-  sbf(&b, "loom profiler: %.3f ms recorded", wall_ms);
-  if (s->steps > 0) sbf(&b, ", %lld steps, %.3f ms/step", (long long)s->steps, (double)t->denom / 1e6 / (double)s->steps);
-  sbf(&b, ", %zu events, %zu device slices", s->nev, s->nsl);
+  loom_text_printf(&b, "loom profiler: %.3f ms recorded", wall_ms);
+  if (s->steps > 0) loom_text_printf(&b, ", %lld steps, %.3f ms/step", (long long)s->steps, (double)t->denom / 1e6 / (double)s->steps);
+  loom_text_printf(&b, ", %zu events, %zu device slices", s->nev, s->nsl);
   if (s->dropped || s->dropped_device)
-    sbf(&b, " (%lld events and %lld device ranges dropped: raise max_events)", (long long)s->dropped,
+    loom_text_printf(&b, " (%lld events and %lld device ranges dropped: raise max_events)", (long long)s->dropped,
         (long long)s->dropped_device);
-  sbf(&b, "\n%-34s %-10s %7s %11s %11s %11s %12s %11s %7s %9s\n", "Name", "Category", "Calls", "Self host",
+  loom_text_printf(&b, "\n%-34s %-10s %7s %11s %11s %11s %12s %11s %7s %9s\n", "Name", "Category", "Calls", "Self host",
       "Host total", "Host avg", "Device total", "Device avg", t->have_dev ? "%dev/st" : "%step", "GFLOP/s");
   int shown = 0;
   for (int i = 0; i < t->n; i++) {
@@ -259,13 +225,13 @@ char *loom_prof_summary_text(const prof_session *s, int max_rows) {
     int64_t dc = t->rows[i].dev_calls;
     if (r.gflops_per_s > 0) snprintf(gf, sizeof gf, "%.2f", r.gflops_per_s);
     else snprintf(gf, sizeof gf, "-");
-    sbf(&b, "%-34.34s %-10s %7lld %11s %11s %11s %12s %11s %6.2f%% %9s\n", r.name, r.category, (long long)r.calls,
+    loom_text_printf(&b, "%-34.34s %-10s %7lld %11s %11s %11s %12s %11s %6.2f%% %9s\n", r.name, r.category, (long long)r.calls,
         fmt_time(a, sizeof a, r.host_self_us), fmt_time(c, sizeof c, r.host_total_us),
         fmt_time(d, sizeof d, r.calls ? r.host_total_us / (double)r.calls : 0), fmt_time(e, sizeof e, r.device_total_us),
         fmt_time(g, sizeof g, dc ? r.device_total_us / (double)dc : 0), 100.0 * r.step_share, gf);
     shown++;
   }
-  if (shown < t->n) sbf(&b, "... %d more rows\n", t->n - shown);
+  if (shown < t->n) loom_text_printf(&b, "... %d more rows\n", t->n - shown);
   free_table(t);
   if (b.failed) {
     free(b.s);

@@ -3,10 +3,12 @@
  * the op, autograd and nn tests (see testkit.h). */
 #include "support/testkit.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* ---- devices ------------------------------------------------------------ */
 void tk_require_device(loom_device dev) {
@@ -287,4 +289,26 @@ void tk_gradcheck(tk_fn fn, void *ctx, loom_tensor **in, int n_in, double h, dou
   }
   free(r);
   loom_scope_end();
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+void tk_tmpdir(char *dir, size_t n, const char *prefix) {
+  const char *base = getenv("TMPDIR");
+  snprintf(dir, n, "%s/%s-XXXXXX", base && *base ? base : "/tmp", prefix);
+  cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
+}
+
+void tk_tmpdir_remove(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char p[4096];
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  closedir(d);
+  rmdir(dir);
 }

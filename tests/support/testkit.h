@@ -30,6 +30,13 @@ void tk_require_device(loom_device dev);
  * fail anything: every test calls this at its end (DEVICE_TEST does). */
 void tk_leak_check(void);
 
+/* ---- files ------------------------------------------------------------- */
+/* A fresh directory $TMPDIR/PREFIX-XXXXXX (/tmp without TMPDIR) into dir
+ * (n bytes); fails the test if it cannot be made. */
+void tk_tmpdir(char *dir, size_t n, const char *prefix);
+/* Remove dir and the files in it (not recursive: tests write flat). */
+void tk_tmpdir_remove(const char *dir);
+
 #define DEVICE_TEST(suite, name, ...)                                         \
   static void suite##_##name##_body(loom_device dev);                         \
   Test(suite##_cpu, name, ##__VA_ARGS__) {                                    \
