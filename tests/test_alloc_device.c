@@ -13,6 +13,7 @@
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
 #include "loom/alloc.h"
+#include "loom/graph.h"
 #include "loom/tensor.h"
 
 #define MiB ((size_t)1 << 20)
@@ -274,6 +275,32 @@ Test(alloc_device, LOOM_VISIBLE_DEVICES_env_is_honoured) {
   setenv("LOOM_VISIBLE_DEVICES", "1", 1);
   cr_assert_eq(loom_device_count(LOOM_CUDA), 1);
   cr_assert_eq(loom_device_physical(0), 1);
+}
+
+/* ---- graph capture's private pools ------------------------------------------ */
+
+/* A block allocated inside a capture (in the graph's private pool) and used
+ * on a side stream: recording the stream finds the private pool, and the
+ * freed block is not handed out again until the side stream's work is done
+ * (the fake GPU's events complete only when told). */
+Test(alloc_device, record_stream_on_a_capture_block_delays_its_reuse) {
+  cr_assert_eq(loom_device_testing_fake_gpus(1, 256 * MiB), LOOM_OK);
+  loom_device dev = loom_cuda(0);
+  loom_stream *side = NULL;
+  cr_assert_eq(loom_stream_create(dev, &side), LOOM_OK, "%s", loom_last_error());
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  void *a = NULL, *b = NULL;
+  cr_assert_eq(loom_alloc_malloc(dev, MiB, NULL, &a), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_alloc_record_stream(dev, a, side), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(dev, a);
+  cr_assert_eq(loom_alloc_malloc(dev, MiB, NULL, &b), LOOM_OK, "%s", loom_last_error());
+  cr_assert_neq(b, a, "the side stream may still use a: its block waits");
+  cr_assert_eq(stats(dev).allocated_bytes[0].current, 0, "the device pool is untouched");
+  loom_alloc_free(dev, b);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  loom_stream_destroy(side);
 }
 
 /* ---- AddressSanitizer sees through the cache --------------------------------
