@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "alloc/alloc.h"
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "device/sync_stats.h"
 #include "support/testkit.h"
 
