@@ -18,8 +18,8 @@
 
 #include "alloc/alloc_internal.h"
 #include "alloc/pool.h"
-#include "alloc/provider_fake.h"
 #include "alloc/ptrmap.h"
+#include "support/provider_fake.h"
 
 #define MAX_STREAMS 64
 #define MAX_BLOCKS 65536

@@ -1,9 +1,10 @@
 /* test_alloc_device.c — the per-device allocators behind lib/alloc/alloc.h
  * and the public controls of loom/alloc.h: CPU and pinned memory, stats,
  * summary, snapshot, empty_cache, LOOM_ALLOC_CONF and loom_alloc_configure,
- * the allocation trace, and visible / virtual devices on fake GPUs (an
- * internal hook: no GPU is needed). Criterion runs each test in its own
- * process, so each starts with fresh global state. */
+ * the allocation trace, visible / virtual devices on fake GPUs (simulated
+ * by tests/support/fake_gpus.c: no GPU is needed), and graph capture's
+ * private pools. Criterion runs each test in its own process, so each
+ * starts with fresh global state. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,9 @@
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
 #include "loom/alloc.h"
+#include "loom/graph.h"
 #include "loom/tensor.h"
+#include "support/fake_gpus.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -100,7 +103,7 @@ Test(alloc_device, record_stream_on_the_cpu_completes_at_once) {
 }
 
 Test(alloc_device, stream_of_another_device_is_refused) {
-  cr_assert_eq(loom_device_testing_fake_gpus(1, 256 * MiB), LOOM_OK);
+  cr_assert_eq(tk_fake_gpus(1, 256 * MiB), LOOM_OK);
   void *a = NULL;
   cr_assert_eq(loom_alloc_malloc(loom_cpu(), 64, loom_stream_current(loom_cuda(0)), &a), LOOM_ERR_DEVICE);
   cr_assert(strstr(loom_last_error(), "stream belongs to cuda:0"), "%s", loom_last_error());
@@ -201,7 +204,7 @@ Test(alloc_device, trace_records_allocations_frees_and_epochs) {
 /* ---- visible and virtual devices on fake GPUs ------------------------------- */
 
 Test(alloc_device, virtual_devices_are_isolated_by_their_limits) {
-  cr_assert_eq(loom_device_testing_fake_gpus(2, 1024 * MiB), LOOM_OK);
+  cr_assert_eq(tk_fake_gpus(2, 1024 * MiB), LOOM_OK);
   cr_assert_eq(loom_set_visible_devices("1"), LOOM_OK, "%s", loom_last_error());
   size_t limits[2] = {64 * MiB, 128 * MiB};
   cr_assert_eq(loom_set_virtual_devices(0, 2, limits), LOOM_OK, "%s", loom_last_error());
@@ -233,7 +236,7 @@ Test(alloc_device, virtual_devices_are_isolated_by_their_limits) {
 }
 
 Test(alloc_device, visible_devices_renumber_gpus) {
-  cr_assert_eq(loom_device_testing_fake_gpus(3, 256 * MiB), LOOM_OK);
+  cr_assert_eq(tk_fake_gpus(3, 256 * MiB), LOOM_OK);
   cr_assert_eq(loom_set_visible_devices("2, 0"), LOOM_OK, "%s", loom_last_error());
   cr_assert_eq(loom_device_count(LOOM_CUDA), 2);
   cr_assert_eq(loom_device_physical(0), 2);
@@ -242,7 +245,7 @@ Test(alloc_device, visible_devices_renumber_gpus) {
 }
 
 Test(alloc_device, visible_devices_errors) {
-  cr_assert_eq(loom_device_testing_fake_gpus(2, 256 * MiB), LOOM_OK);
+  cr_assert_eq(tk_fake_gpus(2, 256 * MiB), LOOM_OK);
   cr_assert_eq(loom_set_visible_devices("0,0"), LOOM_ERR_INVALID_ARG);
   cr_assert(strstr(loom_last_error(), "listed twice"), "%s", loom_last_error());
   cr_assert_eq(loom_set_visible_devices("5"), LOOM_ERR_DEVICE);
@@ -261,19 +264,50 @@ Test(alloc_device, visible_devices_errors) {
 }
 
 Test(alloc_device, bad_LOOM_VISIBLE_DEVICES_is_the_reason_for_no_gpu) {
-  cr_assert_eq(loom_device_testing_fake_gpus(2, 256 * MiB), LOOM_OK);
+  cr_assert_eq(tk_fake_gpus(2, 256 * MiB), LOOM_OK);
   setenv("LOOM_VISIBLE_DEVICES", "3", 1);
   cr_assert_eq(loom_device_count(LOOM_CUDA), 0);
   cr_assert(strstr(loom_cuda_unavailable_reason(), "LOOM_VISIBLE_DEVICES='3': GPU 3 does not exist"), "%s",
             loom_cuda_unavailable_reason());
-  cr_assert_eq(loom_device_testing_fake_gpus(2, 256 * MiB), LOOM_ERR_STATE, "too late");
+  cr_assert_eq(tk_fake_gpus(2, 256 * MiB), LOOM_ERR_STATE, "too late");
 }
 
 Test(alloc_device, LOOM_VISIBLE_DEVICES_env_is_honoured) {
-  cr_assert_eq(loom_device_testing_fake_gpus(2, 256 * MiB), LOOM_OK);
+  cr_assert_eq(tk_fake_gpus(2, 256 * MiB), LOOM_OK);
   setenv("LOOM_VISIBLE_DEVICES", "1", 1);
   cr_assert_eq(loom_device_count(LOOM_CUDA), 1);
   cr_assert_eq(loom_device_physical(0), 1);
+}
+
+/* ---- graph capture's private pools ------------------------------------------ */
+
+/* A block allocated inside a capture (in the graph's private pool) and used
+ * on a side stream: recording the stream finds the private pool, and the
+ * freed block is not handed out again until the side stream's work is done
+ * (the fake GPU's events complete only when told). */
+Test(alloc_device, record_stream_on_a_capture_block_delays_its_reuse) {
+  cr_assert_eq(tk_fake_gpus(1, 256 * MiB), LOOM_OK);
+  loom_device dev = loom_cuda(0);
+  loom_stream *side = NULL;
+  cr_assert_eq(loom_stream_create(dev, &side), LOOM_OK, "%s", loom_last_error());
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  void *a = NULL, *b = NULL;
+  cr_assert_eq(loom_alloc_malloc(dev, MiB, NULL, &a), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_alloc_record_stream(dev, a, side), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(dev, a);
+  cr_assert_eq(loom_alloc_malloc(dev, MiB, NULL, &b), LOOM_OK, "%s", loom_last_error());
+  cr_assert_neq(b, a, "the side stream may still use a: its block waits");
+  cr_assert_eq(stats(dev).allocated_bytes[0].current, 0, "the device pool is untouched");
+  loom_alloc_free(dev, b);
+  loom_fake_complete(tk_fake_gpu(0), side);
+  void *c = NULL;
+  cr_assert_eq(loom_alloc_malloc(dev, MiB, NULL, &c), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(c, a, "the side stream is done: the block is reused");
+  loom_alloc_free(dev, c);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  loom_stream_destroy(side);
 }
 
 /* ---- AddressSanitizer sees through the cache --------------------------------

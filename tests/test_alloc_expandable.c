@@ -17,7 +17,7 @@
 #include "alloc/alloc.h"
 #include "alloc/alloc_internal.h"
 #include "alloc/pool.h"
-#include "alloc/provider_fake.h"
+#include "support/provider_fake.h"
 #include "support/testkit.h"
 
 #define KiB ((size_t)1 << 10)

@@ -11,7 +11,7 @@
 
 #include "alloc/alloc_internal.h"
 #include "alloc/pool.h"
-#include "alloc/provider_fake.h"
+#include "support/provider_fake.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

@@ -48,8 +48,8 @@
 #include <string.h>
 
 #include "alloc/pool.h"
-#include "alloc/provider_fake.h"
 #include "device/device_internal.h"
+#include "support/provider_fake.h"
 
 #define MiB ((size_t)1 << 20)
 #define NSTREAMS 4

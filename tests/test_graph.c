@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "alloc/alloc.h"
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "device/sync_stats.h"
 #include "support/testkit.h"
 
@@ -106,6 +106,35 @@ Test(graph, state_machine_errors) {
   cr_assert_not(loom_graph_capturing());
   cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "a new capture may begin");
   loom_graph_free(g);
+  tk_leak_check();
+}
+
+/* Memory allocated inside a capture can be marked as used by another stream
+ * (NCCL and activation offload do): recording it must find the graph's
+ * private pool, as freeing it does, and its reuse then follows the recorded
+ * stream like any block's (CPU streams are synchronous: the block comes back
+ * at the next allocation's poll). */
+Test(graph, record_stream_on_memory_allocated_during_capture) {
+  loom_stream *side = NULL;
+  cr_assert_eq(loom_stream_create(loom_cpu(), &side), LOOM_OK);
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  void *a = NULL, *b = NULL;
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), 4096, NULL, &a), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_alloc_record_stream(loom_cpu(), a, side), LOOM_OK, "%s", loom_last_error());
+  int64_t s[1] = {1024};
+  loom_tensor *t = loom_empty(1, s, LOOM_F32, loom_cpu());
+  cr_assert_not_null(t, "%s", loom_last_error());
+  cr_assert_eq(loom_tensor_record_stream(t, side), LOOM_OK, "%s", loom_last_error());
+  tk_assert_error(loom_alloc_record_stream(loom_cpu(), (char *)a + 64, side), LOOM_ERR_INVALID_ARG, "live allocation");
+  loom_alloc_free(loom_cpu(), a);
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), 4096, NULL, &b), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(b, a, "the recorded stream is done: the graph's pool reuses the block");
+  loom_alloc_free(loom_cpu(), b);
+  loom_tensor_release(t);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  loom_stream_destroy(side);
   tk_leak_check();
 }
 

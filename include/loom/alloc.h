@@ -1,4 +1,4 @@
-/* alloc.h — the caching allocator's controls, statistics and device setup.
+/* alloc.h — the caching allocator's controls and statistics.
  *
  * Every tensor's memory comes from a caching, stream-ordered allocator per
  * device (CPU memory, each CUDA device, and pinned host memory for H2D
@@ -50,10 +50,6 @@
  * (<stream> is a small integer per distinct device stream, in order of first
  * use; lines starting with '#' are comments).
  *
- * Visible and virtual devices (LOOM_VISIBLE_DEVICES, loom_set_visible_devices,
- * loom_set_virtual_devices) must be set before the first call that touches a
- * CUDA device; afterwards they are LOOM_ERR_STATE.
- *
  * Threads: every call here is thread-safe. Strings returned by
  * loom_memory_summary and loom_memory_snapshot_json are malloc'd; the caller
  * releases them with free(). */
@@ -65,7 +61,6 @@
 #include "export.h"
 #include "status.h"
 #include "device.h"
-#include "tensor.h"
 
 LOOM_EXTERN_C_BEGIN
 
@@ -147,11 +142,6 @@ LOOM_API char *loom_memory_snapshot_json(loom_device dev);
 /* Return every cached, unused segment to the device. */
 LOOM_API loom_status loom_empty_cache(loom_device dev);
 
-/* Mark that t's memory is used by work queued on stream s, so freeing it
- * waits (without a host sync) until s is done before reusing the memory.
- * (Implemented by lib/tensor on top of the allocator.) */
-LOOM_API loom_status loom_tensor_record_stream(loom_tensor *t, loom_stream *s);
-
 /* Allocation trace for bench/bench_alloc_replay (format above). Appends. */
 LOOM_API loom_status loom_alloc_trace_start(const char *path);
 LOOM_API void loom_alloc_trace_stop(void);
@@ -159,17 +149,6 @@ LOOM_API void loom_alloc_trace_stop(void);
  * epoch n ends: the replayer reports what follows the first marker (the
  * warmed-up steady state, which should make no device allocations). */
 LOOM_API void loom_alloc_trace_epoch(int n);
-
-/* Filter and renumber physical GPUs, like LOOM_VISIBLE_DEVICES:
- * "1,0" makes physical GPU 1 cuda:0 and GPU 0 cuda:1; "" hides every GPU.
- * Before first use only. */
-LOOM_API loom_status loom_set_visible_devices(const char *list);
-/* Split visible GPU gpu (numbered after the visible filter, before
- * virtualization) into n logical devices with memory limits limits[0..n-1]
- * bytes (each > 0, summing to at most the GPU's memory). Each gets its own
- * pool, limit and stream; logical numbering follows visible order, with the
- * virtual devices of a GPU in place of it. Before first use only. */
-LOOM_API loom_status loom_set_virtual_devices(int gpu, int n, const size_t *limits);
 
 LOOM_EXTERN_C_END
 #endif

@@ -10,12 +10,17 @@
  * Each device has a current stream that ops enqueue on; it is borrowed (do
  * not destroy it).
  *
+ * Visible and virtual devices (LOOM_VISIBLE_DEVICES, loom_set_visible_devices,
+ * loom_set_virtual_devices) must be set before the first call that touches a
+ * CUDA device; afterwards they are LOOM_ERR_STATE.
+ *
  * Threads: every call here may be made from several threads; one stream
  * object should be driven by one thread at a time. */
 #ifndef LOOM_DEVICE_H
 #define LOOM_DEVICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "export.h"
 #include "status.h"
@@ -52,6 +57,17 @@ LOOM_API loom_status loom_device_check(loom_device dev);
 LOOM_API const char *loom_device_str(loom_device dev, char *buf, int n);
 /* Wait until all work queued on the device is done. */
 LOOM_API loom_status loom_device_synchronize(loom_device dev);
+
+/* Filter and renumber physical GPUs, like LOOM_VISIBLE_DEVICES:
+ * "1,0" makes physical GPU 1 cuda:0 and GPU 0 cuda:1; "" hides every GPU.
+ * Before first use only. */
+LOOM_API loom_status loom_set_visible_devices(const char *list);
+/* Split visible GPU gpu (numbered after the visible filter, before
+ * virtualization) into n logical devices with memory limits limits[0..n-1]
+ * bytes (each > 0, summing to at most the GPU's memory). Each gets its own
+ * pool, limit and stream; logical numbering follows visible order, with the
+ * virtual devices of a GPU in place of it. Before first use only. */
+LOOM_API loom_status loom_set_virtual_devices(int gpu, int n, const size_t *limits);
 
 typedef struct loom_stream loom_stream;
 typedef struct loom_event loom_event;

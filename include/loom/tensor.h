@@ -103,6 +103,12 @@ LOOM_API loom_status loom_to_host(loom_tensor *t, void *dst, size_t nbytes, loom
 /* The single element as a double (t must have one element). */
 LOOM_API loom_status loom_item(loom_tensor *t, double *out);
 
+/* ---- streams -------------------------------------------------------------- */
+/* Mark that t's memory is used by work queued on stream s, so freeing it
+ * waits (without a host sync) until s is done before reusing the memory
+ * (the caching allocator's record_stream, see alloc.h). */
+LOOM_API loom_status loom_tensor_record_stream(loom_tensor *t, loom_stream *s);
+
 /* ---- autograd flags (see autograd.h) ------------------------------------ */
 LOOM_API loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad);
 LOOM_API bool loom_requires_grad(const loom_tensor *t);

@@ -2,15 +2,16 @@
  * public controls of include/loom/alloc.h.
  *
  * One slot per device: the CPU, the pinned host pool, and each logical CUDA
- * device. A slot's pool is created at its first allocation (so
+ * device. A slot's allocator is created at its first allocation (so
  * LOOM_ALLOC_CONF, loom_alloc_set_config and the virtual-device limits are
- * known by then) with the provider that fits: CPU memory, cudaMalloc, or
- * cudaHostAlloc for pinned memory when a GPU exists (plain CPU memory
- * otherwise); with backend:cuda_async a CUDA device gets the
- * cudaMallocAsync backend instead. Fake GPUs (tests) get fake providers, one
- * per physical GPU, shared by its virtual devices. Query calls never create
- * a pool. */
-#include <inttypes.h>
+ * known by then): a native pool over the provider that fits (CPU memory,
+ * cudaMalloc, or cudaHostAlloc for pinned memory when a GPU exists, plain
+ * CPU memory otherwise), or with backend:cuda_async on a CUDA device the
+ * cudaMallocAsync back end; either sits behind the capture router
+ * (capture_pools.c), and every entry point calls through the slot's
+ * allocator table (allocator.h). Simulated GPUs (tests) get their memory
+ * from the provider factory registered for them (provider.h). Query calls
+ * never create an allocator. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,10 +20,9 @@
 
 #include "alloc/alloc.h"
 #include "alloc/alloc_internal.h"
-#include "alloc/provider_fake.h"
+#include "alloc/allocator.h"
+#include "core/capture.h"
 #include "device/device_internal.h"
-#include "device/graph_capture.h"
-#include "prof/prof.h"
 
 #define SLOT_CPU 0
 #define SLOT_PINNED 1
@@ -30,8 +30,7 @@
 #define NSLOTS (SLOT_CUDA0 + LOOM_MAX_LOGICAL_GPUS)
 
 typedef struct slot {
-  _Atomic(loom_pool *) pool;
-  _Atomic(loom_async *) async;
+  _Atomic(loom_allocator *) alloc;  /* the capture router over the device's own back end */
   int has_own;
   loom_alloc_options own;
 } slot;
@@ -42,82 +41,11 @@ static int g_init = 0;
 static loom_alloc_options g_opts;
 static loom_status g_env_status = LOOM_OK;
 static char g_env_msg[768];
-static loom_fake *g_fake_phys[LOOM_MAX_LOGICAL_GPUS];
 
-/* ---- allocation trace ------------------------------------------------------ */
-
-static pthread_mutex_t g_trace_lock = PTHREAD_MUTEX_INITIALIZER;
-static FILE *g_trace = NULL;
-static atomic_int g_tracing = 0;  /* lets the hot path skip the trace lock */
-static uint64_t g_trace_next = 0;
-static loom_stream *g_trace_streams[256];
-static int g_trace_slots[256];
-static int g_trace_nstreams = 0;
-
-static void slot_name(int slot, char *buf, int n) {
+void loom_alloc_slot_name(int slot, char *buf, int n) {
   if (slot == SLOT_CPU) snprintf(buf, (size_t)n, "cpu");
   else if (slot == SLOT_PINNED) snprintf(buf, (size_t)n, "pinned");
   else snprintf(buf, (size_t)n, "cuda:%d", slot - SLOT_CUDA0);
-}
-
-static uint64_t trace_alloc(void *ud, size_t n, loom_stream *s) {
-  int slot = (int)(intptr_t)ud;
-  if (!atomic_load_explicit(&g_tracing, memory_order_relaxed)) return 0;
-  pthread_mutex_lock(&g_trace_lock);
-  if (!g_trace) {
-    pthread_mutex_unlock(&g_trace_lock);
-    return 0;
-  }
-  int sid = 0;
-  while (sid < g_trace_nstreams && !(g_trace_streams[sid] == s && g_trace_slots[sid] == slot)) sid++;
-  if (sid == g_trace_nstreams && sid < 256) {
-    char name[32];
-    slot_name(slot, name, sizeof name);
-    g_trace_streams[sid] = s;
-    g_trace_slots[sid] = slot;
-    g_trace_nstreams++;
-    fprintf(g_trace, "# stream %d %s\n", sid, name);
-  }
-  uint64_t id = ++g_trace_next;
-  fprintf(g_trace, "alloc %" PRIu64 " %zu %d\n", id, n, sid);
-  pthread_mutex_unlock(&g_trace_lock);
-  return id;
-}
-
-static void trace_free(void *ud, uint64_t id) {
-  (void)ud;
-  if (!atomic_load_explicit(&g_tracing, memory_order_relaxed)) return;
-  pthread_mutex_lock(&g_trace_lock);
-  if (g_trace) fprintf(g_trace, "free %" PRIu64 "\n", id);
-  pthread_mutex_unlock(&g_trace_lock);
-}
-
-loom_status loom_alloc_trace_start(const char *path) {
-  if (!path) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_trace_start: path is NULL");
-  FILE *f = fopen(path, "a");
-  if (!f) return loom_set_error(LOOM_ERR_IO, "loom_alloc_trace_start: cannot open '%s' for appending", path);
-  pthread_mutex_lock(&g_trace_lock);
-  if (g_trace) fclose(g_trace);
-  g_trace = f;
-  g_trace_nstreams = 0;
-  fprintf(f, "# loom allocation trace v1: alloc <id> <bytes> <stream> | free <id> | epoch <n>\n");
-  atomic_store(&g_tracing, 1);
-  pthread_mutex_unlock(&g_trace_lock);
-  return LOOM_OK;
-}
-
-void loom_alloc_trace_stop(void) {
-  pthread_mutex_lock(&g_trace_lock);
-  if (g_trace) fclose(g_trace);
-  g_trace = NULL;
-  atomic_store(&g_tracing, 0);
-  pthread_mutex_unlock(&g_trace_lock);
-}
-
-void loom_alloc_trace_epoch(int n) {
-  pthread_mutex_lock(&g_trace_lock);
-  if (g_trace) fprintf(g_trace, "epoch %d\n", n);
-  pthread_mutex_unlock(&g_trace_lock);
 }
 
 /* ---- configuration --------------------------------------------------------- */
@@ -160,14 +88,20 @@ static const loom_provider *slot_provider(int slot) {
     return loom_provider_cpu();
   }
   int idx = slot - SLOT_CUDA0;
-  size_t mem = 0;
-  if (loom_device_fake_gpus(&mem) > 0) {
+  if (loom_device_fake_gpus(NULL) > 0) {
     int phys = loom_device_physical(idx);
-    if (phys < 0) return NULL;
-    if (!g_fake_phys[phys]) g_fake_phys[phys] = loom_fake_create(mem);
-    return g_fake_phys[phys] ? loom_fake_provider(g_fake_phys[phys]) : NULL;
+    return phys < 0 ? NULL : loom_provider_fake_gpu(phys);
   }
   return loom_provider_cuda(idx);
+}
+
+static loom_status no_provider(int slot) {
+  char name[32];
+  loom_alloc_slot_name(slot, name, sizeof name);
+  if (slot >= SLOT_CUDA0 && loom_device_fake_gpus(NULL) > 0)
+    return loom_set_error(LOOM_ERR_DEVICE, "%s: the simulated GPUs have no memory provider (register a factory with "
+                          "loom_provider_set_fake_gpu_factory, as tests/support/fake_gpus.c does)", name);
+  return loom_set_error(LOOM_ERR_DEVICE, "%s: no memory provider (built without CUDA?)", name);
 }
 
 /* Limit in bytes from the options and, for virtual devices, their size. */
@@ -191,89 +125,76 @@ static const loom_alloc_options *slot_opts(int slot) {
   return g_slots[slot].has_own ? &g_slots[slot].own : &g_opts;
 }
 
-/* Create the slot's pool or async backend (under g_lock). */
+/* Create the slot's allocator (under g_lock). */
 static loom_status create_locked(int slot) {
   init_locked();
   if (g_env_status != LOOM_OK) return loom_set_error(g_env_status, "%s", g_env_msg);
-  if (atomic_load(&g_slots[slot].pool) || atomic_load(&g_slots[slot].async)) return LOOM_OK;
+  if (atomic_load(&g_slots[slot].alloc)) return LOOM_OK;
   const loom_alloc_options *o = slot_opts(slot);
   char name[32];
-  slot_name(slot, name, sizeof name);
+  loom_alloc_slot_name(slot, name, sizeof name);
   const loom_provider *prov = slot_provider(slot);
-  if (!prov) return loom_set_error(LOOM_ERR_DEVICE, "%s: no memory provider (built without CUDA?)", name);
+  if (!prov) return no_provider(slot);
   size_t limit = 0;
   LOOM_TRY(resolve_limit(slot, prov, o, &limit));
+  loom_allocator *own = NULL;
   if (slot >= SLOT_CUDA0 && o->backend == LOOM_ALLOC_BACKEND_CUDA_ASYNC) {
     if (loom_device_fake_gpus(NULL) > 0)
       return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: backend:cuda_async needs a real GPU", name);
-    loom_async *a = NULL;
-    LOOM_TRY(loom_async_create(slot - SLOT_CUDA0, name, limit, &a));
-    atomic_store(&g_slots[slot].async, a);
-    return LOOM_OK;
+    LOOM_TRY(loom_allocator_async_create(slot - SLOT_CUDA0, name, limit, &own));
+  } else {
+    loom_pool_config cfg;
+    loom_pool_config_init(&cfg, name);
+    cfg.limit = limit;
+    cfg.max_split_size = o->max_split_size;
+    cfg.gc_threshold = o->gc_threshold;
+    cfg.preallocate = o->preallocate_fraction;
+    cfg.history = o->history;
+    cfg.poison = prov->host_accessible;
+    cfg.expandable = o->expandable_segments && slot != SLOT_PINNED;
+    if (slot != SLOT_PINNED) {
+      loom_device dev = slot == SLOT_CPU ? loom_cpu() : loom_cuda(slot - SLOT_CUDA0);
+      cfg.arena_stream = loom_stream_current(dev);
+      if (!cfg.arena_stream) return loom_last_status();
+      cfg.trace = loom_alloc_trace_hooks(slot);
+    }
+    /* The slot is the profiler's key: with history on, blocks remember the op that made them. */
+    LOOM_TRY(loom_allocator_pool_create(prov, &cfg, slot, slot != SLOT_PINNED, &own));
   }
-  loom_pool_config cfg;
-  loom_pool_config_init(&cfg, name);
-  cfg.limit = limit;
-  cfg.max_split_size = o->max_split_size;
-  cfg.gc_threshold = o->gc_threshold;
-  cfg.preallocate = o->preallocate_fraction;
-  cfg.history = o->history;
-  cfg.poison = prov->host_accessible;
-  cfg.expandable = o->expandable_segments && slot != SLOT_PINNED;
-  if (slot != SLOT_PINNED) {
-    loom_device dev = slot == SLOT_CPU ? loom_cpu() : loom_cuda(slot - SLOT_CUDA0);
-    cfg.arena_stream = loom_stream_current(dev);
-    if (!cfg.arena_stream) return loom_last_status();
-    cfg.trace.alloc = trace_alloc;
-    cfg.trace.free = trace_free;
-    cfg.trace.ud = (void *)(intptr_t)slot;
+  loom_allocator *routed = NULL;
+  loom_status st = loom_allocator_router_create(slot, own, &routed);
+  if (st != LOOM_OK) {
+    own->ops->destroy(own);
+    return st;
   }
-  loom_pool *p = NULL;
-  LOOM_TRY(loom_pool_create(prov, &cfg, &p));
-  atomic_store(&g_slots[slot].pool, p);
-  loom_prof_sites_request(slot, o->history > 0);  /* history on: blocks remember the op that made them */
+  atomic_store_explicit(&g_slots[slot].alloc, routed, memory_order_release);
   return LOOM_OK;
 }
 
-static loom_status get_slot(int slot, loom_pool **pool, loom_async **async) {
-  *pool = atomic_load_explicit(&g_slots[slot].pool, memory_order_acquire);
-  *async = atomic_load_explicit(&g_slots[slot].async, memory_order_acquire);
-  if (*pool || *async) return LOOM_OK;
+static loom_status get_alloc(int slot, loom_allocator **out) {
+  *out = atomic_load_explicit(&g_slots[slot].alloc, memory_order_acquire);
+  if (*out) return LOOM_OK;
   pthread_mutex_lock(&g_lock);
   loom_status st = create_locked(slot);
   pthread_mutex_unlock(&g_lock);
-  *pool = atomic_load(&g_slots[slot].pool);
-  *async = atomic_load(&g_slots[slot].async);
+  *out = atomic_load(&g_slots[slot].alloc);
   return st;
 }
 
-/* Apply options to an existing pool (under g_lock). */
+/* Apply options to an existing allocator (under g_lock). */
 static loom_status apply_locked(int slot) {
-  loom_pool *p = atomic_load(&g_slots[slot].pool);
-  loom_async *a = atomic_load(&g_slots[slot].async);
-  if (!p && !a) return LOOM_OK;
+  loom_allocator *a = atomic_load(&g_slots[slot].alloc);
+  if (!a) return LOOM_OK;
   const loom_alloc_options *o = slot_opts(slot);
   char name[32];
-  slot_name(slot, name, sizeof name);
-  int want_async = slot >= SLOT_CUDA0 && o->backend == LOOM_ALLOC_BACKEND_CUDA_ASYNC;
-  if (want_async != (a != NULL))
+  loom_alloc_slot_name(slot, name, sizeof name);
+  int want = slot >= SLOT_CUDA0 ? o->backend : LOOM_ALLOC_BACKEND_NATIVE;
+  if (want != a->backend)
     return loom_set_error(LOOM_ERR_STATE, "%s: the allocator backend cannot change after the device's first allocation; "
                           "set LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
   size_t limit = 0;
   LOOM_TRY(resolve_limit(slot, slot_provider(slot), o, &limit));
-  if (a) {
-    loom_async_set_limit(a, limit);
-    return LOOM_OK;
-  }
-  if ((o->preallocate_fraction > 0) != (loom_pool_preallocated(p) != 0))
-    return loom_set_error(LOOM_ERR_STATE, "%s: preallocation cannot change after the device's first allocation; set "
-                          "LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
-  if (slot != SLOT_PINNED && (o->expandable_segments != 0) != (loom_pool_expandable(p) != 0))
-    return loom_set_error(LOOM_ERR_STATE, "%s: expandable_segments cannot change after the device's first allocation; "
-                          "set LOOM_ALLOC_CONF or call loom_alloc_set_config before allocating", name);
-  loom_status st = loom_pool_set_controls(p, limit, o->max_split_size, o->gc_threshold, o->history);
-  if (st == LOOM_OK) loom_prof_sites_request(slot, o->history > 0);
-  return st;
+  return a->ops->reconfigure(a, o, limit);
 }
 
 static void copy_opts(loom_alloc_options *dst, const loom_alloc_options *src) {
@@ -318,88 +239,26 @@ loom_status loom_alloc_set_device_config(loom_device dev, const loom_alloc_optio
   return st;
 }
 
-/* ---- allocation ------------------------------------------------------------ */
+/* ---- graph capture's private pools (capture_pools.c) ------------------------ */
 
-/* ---- private pools (graph capture, see alloc.h) ----------------------------- */
-
-#define MAX_PRIVATE 64
-static _Thread_local loom_pool *tl_private;  /* this thread's allocations on tl_private_slot go here */
-static _Thread_local int tl_private_slot;
-static pthread_mutex_t g_private_lock = PTHREAD_MUTEX_INITIALIZER;
-static loom_pool *g_private[MAX_PRIVATE];
-static int g_private_slot[MAX_PRIVATE];
-static atomic_int g_nprivate;  /* lets the free path skip the lock when there are none */
-
-loom_status loom_alloc_private_begin(loom_device dev, loom_pool **out) {
-  int slot;
-  *out = NULL;
-  if (tl_private) return loom_set_error(LOOM_ERR_STATE, "graph capture: this thread already routes allocations to a "
-                                        "private pool (one capture at a time per thread)");
-  if (!slot_of(dev, &slot)) return loom_last_status();
-  loom_pool *mp;
-  loom_async *a;
-  LOOM_TRY(get_slot(slot, &mp, &a));
+loom_status loom_alloc_capture_config(loom_device dev, int *slot, const loom_provider **prov, loom_pool_config *cfg) {
+  if (!slot_of(dev, slot)) return loom_last_status();
+  loom_allocator *own;
+  LOOM_TRY(get_alloc(*slot, &own));
   char name[48], dn[32];
-  slot_name(slot, dn, sizeof dn);
-  if (a)
+  loom_alloc_slot_name(*slot, dn, sizeof dn);
+  if (own->backend != LOOM_ALLOC_BACKEND_NATIVE)
     return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: graph capture needs the native allocator (backend:native); "
                           "backend:cuda_async has its own capture rules", dn);
   snprintf(name, sizeof name, "%s:graph", dn);
-  const loom_provider *prov = slot_provider(slot);
-  loom_pool_config cfg;
-  loom_pool_config_init(&cfg, name);
-  cfg.poison = prov->host_accessible;
-  LOOM_TRY(resolve_limit(slot, prov, slot_opts(slot), &cfg.limit));
-  loom_pool *p = NULL;
-  LOOM_TRY(loom_pool_create(prov, &cfg, &p));
-  pthread_mutex_lock(&g_private_lock);
-  int n = atomic_load(&g_nprivate);
-  if (n == MAX_PRIVATE) {
-    pthread_mutex_unlock(&g_private_lock);
-    loom_pool_destroy(p);
-    return loom_set_error(LOOM_ERR_STATE, "graph capture: %d graphs alive already; free some (loom_graph_free)",
-                          MAX_PRIVATE);
-  }
-  g_private[n] = p;
-  g_private_slot[n] = slot;
-  atomic_store(&g_nprivate, n + 1);
-  pthread_mutex_unlock(&g_private_lock);
-  tl_private = p;
-  tl_private_slot = slot;
-  *out = p;
-  return LOOM_OK;
+  *prov = slot_provider(*slot);
+  if (!*prov) return no_provider(*slot);
+  loom_pool_config_init(cfg, name);
+  cfg->poison = (*prov)->host_accessible;
+  return resolve_limit(*slot, *prov, slot_opts(*slot), &cfg->limit);
 }
 
-void loom_alloc_private_end(void) { tl_private = NULL; }
-
-void loom_alloc_private_destroy(loom_pool *p) {
-  if (!p) return;
-  if (tl_private == p) tl_private = NULL;
-  pthread_mutex_lock(&g_private_lock);
-  int n = atomic_load(&g_nprivate);
-  for (int i = 0; i < n; i++)
-    if (g_private[i] == p) {
-      g_private[i] = g_private[n - 1];
-      g_private_slot[i] = g_private_slot[n - 1];
-      atomic_store(&g_nprivate, n - 1);
-      break;
-    }
-  pthread_mutex_unlock(&g_private_lock);
-  loom_pool_destroy(p);
-}
-
-/* Free ptr into the private pool of slot that owns it; 0 if none does. */
-static int free_private(int slot, void *ptr) {
-  if (atomic_load_explicit(&g_nprivate, memory_order_acquire) == 0) return 0;
-  pthread_mutex_lock(&g_private_lock);
-  loom_pool *owner = NULL;
-  for (int i = 0; i < atomic_load(&g_nprivate) && !owner; i++)
-    if (g_private_slot[i] == slot && loom_pool_owns(g_private[i], ptr)) owner = g_private[i];
-  /* Freed under the lock: the graph (and its pool) cannot go away meanwhile. */
-  if (owner) loom_pool_free(owner, ptr);
-  pthread_mutex_unlock(&g_private_lock);
-  return owner != NULL;
-}
+/* ---- allocation ------------------------------------------------------------ */
 
 loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *stream, void **out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_malloc: out is NULL");
@@ -416,21 +275,16 @@ loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *strea
     return loom_set_error(LOOM_ERR_DEVICE, "loom_alloc_malloc: stream belongs to %s, memory is asked for on %s",
                           loom_device_str(loom_stream_device(stream), a, sizeof a), loom_device_str(dev, b, sizeof b));
   }
-  if (tl_private && tl_private_slot == slot) return loom_pool_malloc(tl_private, nbytes, stream, out);
-  loom_pool *p;
-  loom_async *a;
-  LOOM_TRY(get_slot(slot, &p, &a));
-  return a ? loom_async_malloc(a, nbytes, stream, out) : loom_pool_malloc(p, nbytes, stream, out);
+  loom_allocator *a;
+  LOOM_TRY(get_alloc(slot, &a));
+  return a->ops->malloc(a, nbytes, stream, out);
 }
 
 static loom_status free_in_slot(int slot, void *ptr) {
-  if (free_private(slot, ptr)) return LOOM_OK;
-  loom_pool *p = atomic_load_explicit(&g_slots[slot].pool, memory_order_acquire);
-  loom_async *a = atomic_load_explicit(&g_slots[slot].async, memory_order_acquire);
-  if (a) return loom_async_free(a, ptr);
-  if (p) return loom_pool_free(p, ptr);
+  loom_allocator *a = atomic_load_explicit(&g_slots[slot].alloc, memory_order_acquire);
+  if (a) return a->ops->free(a, ptr);
   char name[32];
-  slot_name(slot, name, sizeof name);
+  loom_alloc_slot_name(slot, name, sizeof name);
   return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_free: %p was not allocated on %s (nothing was)", ptr, name);
 }
 
@@ -444,10 +298,9 @@ loom_status loom_alloc_pinned_malloc(size_t nbytes, void **out) {
   loom_capture_note_unsafe("a pinned host allocation (outside the capture's pool)");
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_pinned_malloc: out is NULL");
   *out = NULL;
-  loom_pool *p;
-  loom_async *a;
-  LOOM_TRY(get_slot(SLOT_PINNED, &p, &a));
-  return loom_pool_malloc(p, nbytes, NULL, out);
+  loom_allocator *a;
+  LOOM_TRY(get_alloc(SLOT_PINNED, &a));
+  return a->ops->malloc(a, nbytes, NULL, out);
 }
 
 void loom_alloc_pinned_free(void *ptr) {
@@ -455,10 +308,8 @@ void loom_alloc_pinned_free(void *ptr) {
 }
 
 static loom_status record_in_slot(int slot, void *ptr, loom_stream *stream) {
-  loom_pool *p = atomic_load_explicit(&g_slots[slot].pool, memory_order_acquire);
-  loom_async *a = atomic_load_explicit(&g_slots[slot].async, memory_order_acquire);
-  if (a) return loom_async_record_stream(a, ptr, stream);
-  if (p) return loom_pool_record_stream(p, ptr, stream);
+  loom_allocator *a = atomic_load_explicit(&g_slots[slot].alloc, memory_order_acquire);
+  if (a) return a->ops->record_stream(a, ptr, stream);
   return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_record_stream: %p is not a live allocation", ptr);
 }
 
@@ -476,23 +327,22 @@ loom_status loom_alloc_pinned_record_stream(void *ptr, loom_stream *stream) {
 
 /* ---- observability --------------------------------------------------------- */
 
-static int existing(loom_device dev, loom_pool **p, loom_async **a, int *slot) {
+/* The device's allocator, NULL when it has none yet (queries never make one). */
+static int existing(loom_device dev, loom_allocator **a, int *slot) {
   if (!slot_of(dev, slot)) return 0;
-  *p = atomic_load_explicit(&g_slots[*slot].pool, memory_order_acquire);
-  *a = atomic_load_explicit(&g_slots[*slot].async, memory_order_acquire);
+  *a = atomic_load_explicit(&g_slots[*slot].alloc, memory_order_acquire);
   return 1;
 }
 
 loom_status loom_memory_stats_get(loom_device dev, loom_memory_stats *out) {
   if (!out || out->struct_size < sizeof(size_t))
     return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_memory_stats_get: out is NULL or out->struct_size is not set");
-  loom_pool *p;
-  loom_async *a;
+  loom_allocator *a;
   int slot;
-  if (!existing(dev, &p, &a, &slot)) return loom_last_status();
-  if (p) loom_pool_stats(p, out);
-  else if (a) loom_async_stats(a, out);
-  else {
+  if (!existing(dev, &a, &slot)) return loom_last_status();
+  if (a) {
+    a->ops->stats(a, out);
+  } else {
     size_t n = out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
     memset(out, 0, n);
     out->struct_size = n;
@@ -501,22 +351,18 @@ loom_status loom_memory_stats_get(loom_device dev, loom_memory_stats *out) {
 }
 
 loom_status loom_memory_reset_peaks(loom_device dev) {
-  loom_pool *p;
-  loom_async *a;
+  loom_allocator *a;
   int slot;
-  if (!existing(dev, &p, &a, &slot)) return loom_last_status();
-  if (p) loom_pool_reset_peaks(p);
-  if (a) loom_async_reset_peaks(a);
+  if (!existing(dev, &a, &slot)) return loom_last_status();
+  if (a) a->ops->reset_peaks(a);
   return LOOM_OK;
 }
 
 loom_status loom_memory_reset_counters(loom_device dev) {
-  loom_pool *p;
-  loom_async *a;
+  loom_allocator *a;
   int slot;
-  if (!existing(dev, &p, &a, &slot)) return loom_last_status();
-  if (p) loom_pool_reset_counters(p);
-  if (a) loom_async_reset_counters(a);
+  if (!existing(dev, &a, &slot)) return loom_last_status();
+  if (a) a->ops->reset_counters(a);
   return LOOM_OK;
 }
 
@@ -527,37 +373,30 @@ static char *dup_str(const char *s) {
 }
 
 char *loom_memory_summary(loom_device dev) {
-  loom_pool *p;
-  loom_async *a;
+  loom_allocator *a;
   int slot;
-  if (!existing(dev, &p, &a, &slot)) return NULL;
-  if (p) return loom_pool_summary(p);
-  if (a) return loom_async_summary(a);
+  if (!existing(dev, &a, &slot)) return NULL;
+  if (a) return a->ops->summary(a);
   char name[32], buf[96];
-  slot_name(slot, name, sizeof name);
+  loom_alloc_slot_name(slot, name, sizeof name);
   snprintf(buf, sizeof buf, "loom memory summary: %s: no allocations yet\n", name);
   return dup_str(buf);
 }
 
 char *loom_memory_snapshot_json(loom_device dev) {
-  loom_pool *p;
-  loom_async *a;
+  loom_allocator *a;
   int slot;
-  if (!existing(dev, &p, &a, &slot)) return NULL;
-  if (p) return loom_pool_snapshot_json(p);
-  if (a) return loom_async_snapshot_json(a);
+  if (!existing(dev, &a, &slot)) return NULL;
+  if (a) return a->ops->snapshot_json(a);
   char name[32], buf[128];
-  slot_name(slot, name, sizeof name);
+  loom_alloc_slot_name(slot, name, sizeof name);
   snprintf(buf, sizeof buf, "{\"device\":\"%s\",\"preallocated\":false,\"stats\":null,\"segments\":[],\"history\":[]}", name);
   return dup_str(buf);
 }
 
 loom_status loom_empty_cache(loom_device dev) {
-  loom_pool *p;
-  loom_async *a;
+  loom_allocator *a;
   int slot;
-  if (!existing(dev, &p, &a, &slot)) return loom_last_status();
-  if (p) return loom_pool_empty_cache(p);
-  if (a) return loom_async_empty_cache(a);
-  return LOOM_OK;
+  if (!existing(dev, &a, &slot)) return loom_last_status();
+  return a ? a->ops->empty_cache(a) : LOOM_OK;
 }

@@ -7,6 +7,7 @@
 #define LOOM_ALLOC_ALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "loom/device.h"
 
 /* Allocate nbytes on dev for use on stream (NULL = the device's current
@@ -24,12 +25,16 @@ void loom_alloc_pinned_free(void *ptr);
 loom_status loom_alloc_record_stream(loom_device dev, void *ptr, loom_stream *stream);
 loom_status loom_alloc_pinned_record_stream(void *ptr, loom_stream *stream);
 
-/* Graph capture (lib/device/graph.c): from begin until end, this thread's
- * allocations on dev come from a new private pool (*out); frees of its
- * blocks find it from any thread until it is destroyed (with the graph). */
-struct loom_pool;
-loom_status loom_alloc_private_begin(loom_device dev, struct loom_pool **out);
+/* Graph capture (lib/graph/graph.c): from begin until end, this thread's
+ * allocations on dev come from a new private pool (*out); frees and
+ * record_stream calls on its blocks find it from any thread until it is
+ * destroyed (with the graph). backend:cuda_async devices refuse
+ * (LOOM_ERR_UNSUPPORTED). */
+typedef struct loom_allocator loom_allocator;
+loom_status loom_alloc_private_begin(loom_device dev, loom_allocator **out);
 void loom_alloc_private_end(void);
-void loom_alloc_private_destroy(struct loom_pool *p);
+void loom_alloc_private_destroy(loom_allocator *p);
+/* Bytes p holds from the device (reserved). */
+int64_t loom_alloc_private_reserved(loom_allocator *p);
 
 #endif

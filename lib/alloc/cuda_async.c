@@ -1,4 +1,5 @@
-/* cuda_async.c — the backend:cuda_async allocator: cudaMallocFromPoolAsync
+/* cuda_async.c — the backend:cuda_async allocator (an implementation of
+ * allocator.h; without CUDA only its constructor, which refuses): cudaMallocFromPoolAsync
  * on a memory pool per logical device, with the pool's release threshold
  * raised to "never" so freed memory stays cached by the driver across
  * synchronizations (the default threshold of 0 would return it at every
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc/allocator.h"
 #include "alloc/alloc_internal.h"
 #include "alloc/ptrmap.h"
 #include "device/device_internal.h"
@@ -30,7 +32,8 @@ typedef struct async_alloc {
   int nuses;
 } async_alloc;
 
-struct loom_async {
+typedef struct loom_async {
+  loom_allocator base;  /* first: the allocator interface (allocator.h) */
   pthread_mutex_t mu;
   int index;
   char name[32];
@@ -38,14 +41,16 @@ struct loom_async {
   cudaMemPool_t pool;
   loom_ptrmap live;
   loom_memory_stats st;
-};
+} loom_async;
+
+static const loom_allocator_ops g_async_ops;
 
 static void bump(loom_memory_stat *a, int64_t d) {
   a[0].current += d;
   if (a[0].current > a[0].peak) a[0].peak = a[0].current;
 }
 
-loom_status loom_async_create(int index, const char *name, size_t limit, loom_async **out) {
+loom_status loom_allocator_async_create(int index, const char *name, size_t limit, loom_allocator **out) {
   *out = NULL;
   LOOM_TRY(loom_cuda_set_device(index));
   loom_async *a = calloc(1, sizeof *a);
@@ -72,7 +77,9 @@ loom_status loom_async_create(int index, const char *name, size_t limit, loom_as
   snprintf(a->name, sizeof a->name, "%s", name);
   a->limit = limit;
   a->st.struct_size = sizeof a->st;
-  *out = a;
+  a->base.ops = &g_async_ops;
+  a->base.backend = LOOM_ALLOC_BACKEND_CUDA_ASYNC;
+  *out = &a->base;
   return LOOM_OK;
 }
 
@@ -86,7 +93,8 @@ static void reserved_now(loom_async *a) {
   (void)cudaGetLastError();
 }
 
-loom_status loom_async_malloc(loom_async *a, size_t n, loom_stream *s, void **out) {
+static loom_status a_malloc(loom_allocator *base, size_t n, loom_stream *s, void **out) {
+  loom_async *a = (loom_async *)base;
   size_t size = n ? n : 1;
   LOOM_TRY(loom_cuda_set_device(a->index));
   pthread_mutex_lock(&a->mu);
@@ -147,7 +155,8 @@ loom_status loom_async_malloc(loom_async *a, size_t n, loom_stream *s, void **ou
   return LOOM_OK;
 }
 
-loom_status loom_async_free(loom_async *a, void *ptr) {
+static loom_status a_free(loom_allocator *base, void *ptr) {
+  loom_async *a = (loom_async *)base;
   pthread_mutex_lock(&a->mu);
   async_alloc *r = loom_ptrmap_del(&a->live, (uintptr_t)ptr);
   if (r) {
@@ -185,7 +194,8 @@ loom_status loom_async_free(loom_async *a, void *ptr) {
   return st;
 }
 
-loom_status loom_async_record_stream(loom_async *a, void *ptr, loom_stream *s) {
+static loom_status a_record(loom_allocator *base, void *ptr, loom_stream *s) {
+  loom_async *a = (loom_async *)base;
   pthread_mutex_lock(&a->mu);
   async_alloc *r = loom_ptrmap_get(&a->live, (uintptr_t)ptr);
   loom_status st = LOOM_OK;
@@ -207,7 +217,16 @@ loom_status loom_async_record_stream(loom_async *a, void *ptr, loom_stream *s) {
   return st;
 }
 
-loom_status loom_async_empty_cache(loom_async *a) {
+static int a_owns(loom_allocator *base, const void *ptr) {
+  loom_async *a = (loom_async *)base;
+  pthread_mutex_lock(&a->mu);
+  int r = loom_ptrmap_get(&a->live, (uintptr_t)ptr) != NULL;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+static loom_status a_empty_cache(loom_allocator *base) {
+  loom_async *a = (loom_async *)base;
   LOOM_TRY(loom_cuda_set_device(a->index));
   loom_sync_count(LOOM_SYNC_DEVICE);
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -218,13 +237,18 @@ loom_status loom_async_empty_cache(loom_async *a) {
   return LOOM_OK;
 }
 
-void loom_async_set_limit(loom_async *a, size_t limit) {
+/* Only the limit can change on a live cuda_async pool. */
+static loom_status a_reconfigure(loom_allocator *base, const loom_alloc_options *o, size_t limit) {
+  loom_async *a = (loom_async *)base;
+  (void)o;
   pthread_mutex_lock(&a->mu);
   a->limit = limit;
   pthread_mutex_unlock(&a->mu);
+  return LOOM_OK;
 }
 
-void loom_async_stats(loom_async *a, loom_memory_stats *out) {
+static void a_stats(loom_allocator *base, loom_memory_stats *out) {
+  loom_async *a = (loom_async *)base;
   size_t want = out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
   pthread_mutex_lock(&a->mu);
   reserved_now(a);
@@ -236,7 +260,8 @@ void loom_async_stats(loom_async *a, loom_memory_stats *out) {
   out->struct_size = want;
 }
 
-void loom_async_reset_peaks(loom_async *a) {
+static void a_reset_peaks(loom_allocator *base) {
+  loom_async *a = (loom_async *)base;
   pthread_mutex_lock(&a->mu);
   loom_memory_stat *arrs[] = {a->st.allocated_bytes, a->st.active_bytes, a->st.requested_bytes, a->st.allocations};
   for (int i = 0; i < 4; i++) arrs[i][0].peak = arrs[i][0].current;
@@ -246,16 +271,18 @@ void loom_async_reset_peaks(loom_async *a) {
   pthread_mutex_unlock(&a->mu);
 }
 
-void loom_async_reset_counters(loom_async *a) {
+static void a_reset_counters(loom_allocator *base) {
+  loom_async *a = (loom_async *)base;
   pthread_mutex_lock(&a->mu);
   a->st.num_allocs = a->st.num_frees = a->st.num_alloc_retries = a->st.num_ooms = a->st.num_device_frees = 0;
   pthread_mutex_unlock(&a->mu);
 }
 
-char *loom_async_summary(loom_async *a) {
+static char *a_summary(loom_allocator *base) {
+  loom_async *a = (loom_async *)base;
   loom_memory_stats s;
   s.struct_size = sizeof s;
-  loom_async_stats(a, &s);
+  a_stats(&a->base, &s);
   char *buf = malloc(1024);
   if (!buf) {
     loom_set_error(LOOM_ERR_OOM, "out of host memory");
@@ -270,10 +297,11 @@ char *loom_async_summary(loom_async *a) {
   return buf;
 }
 
-char *loom_async_snapshot_json(loom_async *a) {
+static char *a_snapshot(loom_allocator *base) {
+  loom_async *a = (loom_async *)base;
   loom_memory_stats s;
   s.struct_size = sizeof s;
-  loom_async_stats(a, &s);
+  a_stats(&a->base, &s);
   char *buf = malloc(512);
   if (!buf) {
     loom_set_error(LOOM_ERR_OOM, "out of host memory");
@@ -286,40 +314,34 @@ char *loom_async_snapshot_json(loom_async *a) {
   return buf;
 }
 
+/* Live allocations are dropped with the pool (like loom_pool_destroy). */
+static void a_destroy(loom_allocator *base) {
+  loom_async *a = (loom_async *)base;
+  if (!a) return;
+  (void)loom_cuda_set_device(a->index);
+  (void)cudaMemPoolDestroy(a->pool);
+  (void)cudaGetLastError();
+  for (size_t i = 0; i < a->live.cap; i++)
+    if (a->live.keys[i]) {
+      async_alloc *r = a->live.vals[i];
+      free(r->uses);
+      free(r);
+    }
+  loom_ptrmap_free(&a->live);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+static const loom_allocator_ops g_async_ops = {
+    a_malloc,         a_free,    a_record,   a_owns,        a_stats,        a_reset_peaks,
+    a_reset_counters, a_summary, a_snapshot, a_empty_cache, a_reconfigure, a_destroy,
+};
+
 #else /* !LOOM_HAVE_CUDA */
 
-loom_status loom_async_create(int index, const char *name, size_t limit, loom_async **out) {
+loom_status loom_allocator_async_create(int index, const char *name, size_t limit, loom_allocator **out) {
   (void)index, (void)limit;
   *out = NULL;
   return loom_set_error(LOOM_ERR_UNSUPPORTED, "%s: backend:cuda_async needs loom built with CUDA", name);
-}
-/* Unreachable without CUDA: no loom_async can exist. */
-loom_status loom_async_malloc(loom_async *a, size_t n, loom_stream *s, void **out) {
-  (void)a, (void)n, (void)s, (void)out;
-  return LOOM_ERR_UNSUPPORTED;
-}
-loom_status loom_async_free(loom_async *a, void *ptr) {
-  (void)a, (void)ptr;
-  return LOOM_ERR_UNSUPPORTED;
-}
-loom_status loom_async_record_stream(loom_async *a, void *ptr, loom_stream *s) {
-  (void)a, (void)ptr, (void)s;
-  return LOOM_ERR_UNSUPPORTED;
-}
-loom_status loom_async_empty_cache(loom_async *a) {
-  (void)a;
-  return LOOM_ERR_UNSUPPORTED;
-}
-void loom_async_set_limit(loom_async *a, size_t limit) { (void)a, (void)limit; }
-void loom_async_stats(loom_async *a, loom_memory_stats *out) { (void)a, (void)out; }
-void loom_async_reset_peaks(loom_async *a) { (void)a; }
-void loom_async_reset_counters(loom_async *a) { (void)a; }
-char *loom_async_summary(loom_async *a) {
-  (void)a;
-  return NULL;
-}
-char *loom_async_snapshot_json(loom_async *a) {
-  (void)a;
-  return NULL;
 }
 #endif

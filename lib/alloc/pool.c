@@ -23,20 +23,21 @@ static block *find_free(loom_pool *p, int kind, loom_stream *s, size_t size, int
   block key = {0};
   key.stream = s;
   key.size = size;
-  block *b = tlower(0, p->root[kind][0], &key, 0);
+  block *b = loom_pool_tree_lower(0, p->root[kind][0], &key, 0);
   if (!b || b->stream != s || (check && !size_ok(p, size, b->size))) return NULL;
-  free_remove(p, b);
+  loom_pool_tree_remove(p, b);
   return b;
 }
 
 static loom_status take_other_stream(loom_pool *p, int kind, loom_stream *s, size_t size, block **out) {
   block key = {0};
   key.size = size;
-  for (block *b = tlower(1, p->root[kind][1], &key, 0); b; b = tlower(1, p->root[kind][1], b, 1)) {
+  for (block *b = loom_pool_tree_lower(1, p->root[kind][1], &key, 0); b;
+       b = loom_pool_tree_lower(1, p->root[kind][1], b, 1)) {
     if (!size_ok(p, size, b->size)) break;
     if (b->stream == s) continue;
-    LOOM_TRY(wait_for_stream(p, s, b->stream));
-    free_remove(p, b);
+    LOOM_TRY(loom_pool_wait_for_stream(p, s, b->stream));
+    loom_pool_tree_remove(p, b);
     b->stream = s;
     b->seg->stream = s;
     *out = b;
@@ -87,18 +88,18 @@ static loom_status oom_fail(loom_pool *p, size_t n, size_t size, size_t seg_size
  * granules of this size class, then of every class, and retry. */
 static loom_status grow_expandable(loom_pool *p, int kind, size_t n, size_t size, loom_stream *s, block **out) {
   size_t need = (size + p->granule - 1) / p->granule * p->granule;
-  garbage_collect(p, need);
-  loom_status st = exp_grow(p, kind, s, size, out);
+  loom_pool_garbage_collect(p, need);
+  loom_status st = loom_pool_exp_grow(p, kind, s, size, out);
   if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
-  if (exp_unmap_all(p, kind, NULL) > 0) {
+  if (loom_pool_exp_unmap_all(p, kind, NULL) > 0) {
     p->st.num_alloc_retries++;
-    st = exp_grow(p, kind, s, size, out);
+    st = loom_pool_exp_grow(p, kind, s, size, out);
     if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
   }
-  process_events_locked(p);
-  if (release_all(p, NULL) > 0) {
+  loom_pool_process_events_locked(p);
+  if (loom_pool_release_all(p, NULL) > 0) {
     p->st.num_alloc_retries++;
-    st = exp_grow(p, kind, s, size, out);
+    st = loom_pool_exp_grow(p, kind, s, size, out);
     if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
   }
   return oom_fail(p, n, size, need, s);
@@ -109,9 +110,9 @@ static loom_status take_block(loom_pool *p, size_t n, size_t size, loom_stream *
     loom_stream *as = p->cfg.arena_stream;
     block *b = find_free(p, LOOM_POOL_LARGE, as, size, 0);
     if (!b) return oom_fail(p, n, size, 0, s);
-    loom_status st = wait_for_stream(p, s, as);
+    loom_status st = loom_pool_wait_for_stream(p, s, as);
     if (st != LOOM_OK) {
-      merge_insert(p, b);
+      loom_pool_merge_insert(p, b);
       return st;
     }
     p->st.num_cache_hits++;
@@ -134,20 +135,20 @@ static loom_status take_block(loom_pool *p, size_t n, size_t size, loom_stream *
     return LOOM_OK;
   }
   size_t seg = loom_pool_segment_size(size);
-  garbage_collect(p, seg);
-  loom_status st = new_segment(p, kind, seg, s, out);
+  loom_pool_garbage_collect(p, seg);
+  loom_status st = loom_pool_seg_new(p, kind, seg, s, out);
   if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
   /* Retry 1: free the one cached segment that fits best. */
-  if (release_fitting(p, kind, seg)) {
+  if (loom_pool_release_fitting(p, kind, seg)) {
     p->st.num_alloc_retries++;
-    st = new_segment(p, kind, seg, s, out);
+    st = loom_pool_seg_new(p, kind, seg, s, out);
     if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
   }
   /* Retry 2: everything unused, after collecting finished frees. */
-  process_events_locked(p);
-  if (release_all(p, NULL) > 0) {
+  loom_pool_process_events_locked(p);
+  if (loom_pool_release_all(p, NULL) > 0) {
     p->st.num_alloc_retries++;
-    st = new_segment(p, kind, seg, s, out);
+    st = loom_pool_seg_new(p, kind, seg, s, out);
     if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
   }
   return oom_fail(p, n, size, seg, s);
@@ -172,7 +173,7 @@ loom_status loom_pool_malloc(loom_pool *p, size_t n, loom_stream *s, void **out)
     return loom_set_error(LOOM_ERR_OOM, "%s: cannot allocate %zu bytes: larger than any device", p->cfg.name, n);
   }
   size_t size = loom_pool_round_size(n);
-  process_events_locked(p);
+  loom_pool_process_events_locked(p);
   block *b = NULL;
   loom_status st = take_block(p, n, size, s, &b);
   if (st != LOOM_OK) {
@@ -180,7 +181,7 @@ loom_status loom_pool_malloc(loom_pool *p, size_t n, loom_stream *s, void **out)
     return st;
   }
   if (should_split(p, b, size)) {
-    block *r = block_new(p);
+    block *r = loom_pool_block_new(p);
     if (r) {  /* no bookkeeping memory: hand out the whole block */
       r->addr = b->addr + size;
       r->size = b->size - size;
@@ -192,13 +193,13 @@ loom_status loom_pool_malloc(loom_pool *p, size_t n, loom_stream *s, void **out)
       b->next = r;
       b->size = size;
       r->state = LOOM_BLOCK_FREE;
-      free_insert(p, r);
+      loom_pool_tree_insert(p, r);
     }
   }
   b->nuses = 0;
   if (!loom_ptrmap_put(&p->live, b->addr, b) || (p->arena && !add_use(b, s))) {
     loom_ptrmap_del(&p->live, b->addr);
-    merge_insert(p, b);
+    loom_pool_merge_insert(p, b);
     pthread_mutex_unlock(&p->mu);
     return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for allocator bookkeeping", p->cfg.name);
   }
@@ -244,7 +245,7 @@ loom_status loom_pool_free(loom_pool *p, void *ptr) {
   loom_stream *bs = b->stream;
   const char *site = b->site;
   if (b->nuses == 0) {
-    free_block(p, b);
+    loom_pool_block_free(p, b);
     history(p, H_FREE, addr, bsize, bs, site);  /* after active_bytes dropped */
   } else {
     history(p, H_FREE, addr, bsize, bs, site);
@@ -252,7 +253,7 @@ loom_status loom_pool_free(loom_pool *p, void *ptr) {
     for (int i = 0; i < b->nuses; i++) {
       void *ev;
       int dom;
-      loom_status s = get_event(p, b->uses[i], &ev, &dom);
+      loom_status s = loom_pool_event_get(p, b->uses[i], &ev, &dom);
       if (s == LOOM_OK) s = p->prov->event_record(p->prov->ctx, ev, b->uses[i]);
       if (s == LOOM_OK && !grow((void **)&p->pend, &p->cappend, p->npend + 1, sizeof(pending_ev)))
         s = loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for allocator events", p->cfg.name);
@@ -289,8 +290,8 @@ loom_status loom_pool_record_stream(loom_pool *p, void *ptr, loom_stream *s) {
 loom_status loom_pool_empty_cache(loom_pool *p) {
   loom_status st = LOOM_OK;
   pthread_mutex_lock(&p->mu);
-  process_events_locked(p);
-  release_all(p, &st);
+  loom_pool_process_events_locked(p);
+  loom_pool_release_all(p, &st);
   pthread_mutex_unlock(&p->mu);
   return st;
 }
@@ -381,14 +382,14 @@ loom_status loom_pool_create(const loom_provider *prov, const loom_pool_config *
                             cfg->name, cfg->preallocate, cap);
     }
     block *b = NULL;
-    loom_status st = new_segment(p, LOOM_POOL_LARGE, want, cfg->arena_stream, &b);
+    loom_status st = loom_pool_seg_new(p, LOOM_POOL_LARGE, want, cfg->arena_stream, &b);
     if (st != LOOM_OK) {
       loom_pool_destroy(p);
       return loom_error_prefix("%s: preallocate:%g (%zu bytes) failed", cfg->name, cfg->preallocate, want);
     }
     b->seg->arena = 1;
     p->arena = b->seg;
-    free_insert(p, b);
+    loom_pool_tree_insert(p, b);
   }
   *out = p;
   return LOOM_OK;
@@ -399,7 +400,7 @@ void loom_pool_destroy(loom_pool *p) {
   for (int i = 0; i < p->nsegs; i++) {
     segment *sg = p->segs[i];
     if (sg->expandable) {
-      exp_destroy_segment(p, sg);
+      loom_pool_exp_destroy_segment(p, sg);
     } else {
       unpoison(p, sg->base, sg->size);
       p->prov->seg_free(p->prov->ctx, (void *)sg->base, sg->size);

@@ -26,7 +26,7 @@ static void unlink_block(loom_pool *p, block *b) {
   if (b->prev) b->prev->next = b->next;
   if (b->next) b->next->prev = b->prev;
   if (b->seg->head == b) b->seg->head = b->next;
-  block_recycle(p, b);
+  loom_pool_block_recycle(p, b);
 }
 
 /* Merge unmapped block u with unmapped neighbours; returns the result. */
@@ -48,8 +48,8 @@ static block *merge_unmapped(loom_pool *p, block *u) {
 /* Give back a range with nothing mapped (one unmapped block). */
 static loom_status exp_release(loom_pool *p, segment *sg) {
   loom_status st = p->prov->va_release(p->prov->ctx, (void *)sg->base, sg->size);
-  remove_segment(p, sg);
-  block_recycle(p, sg->head);
+  loom_pool_seg_remove(p, sg);
+  loom_pool_block_recycle(p, sg->head);
   free(sg);
   return st;
 }
@@ -63,7 +63,7 @@ static loom_status exp_reserve(loom_pool *p, int kind, loom_stream *s, size_t si
              loom_last_error());
     return st;
   }
-  segment *sg = add_segment(p, kind, s, (uintptr_t)base, n);
+  segment *sg = loom_pool_seg_add(p, kind, s, (uintptr_t)base, n);
   if (!sg) {
     p->prov->va_release(p->prov->ctx, base, n);
     return loom_set_error(LOOM_ERR_OOM, "%s", p->provider_msg);
@@ -117,7 +117,7 @@ static void reclaim(loom_pool *p, loom_stream *s, size_t need, const block *keep
   }
 }
 
-loom_status exp_grow(loom_pool *p, int kind, loom_stream *s, size_t size, block **out) {
+loom_status loom_pool_exp_grow(loom_pool *p, int kind, loom_stream *s, size_t size, block **out) {
   size_t g = p->granule;
   /* The unmapped block that needs the least new memory: one right after a
    * free block merges with it (normally the free tail of the range). */
@@ -162,13 +162,13 @@ loom_status exp_grow(loom_pool *p, int kind, loom_stream *s, size_t size, block 
  * block that results (merged with a free block before it). */
 static loom_status map_into(loom_pool *p, block *best, size_t need, block **out) {
   segment *sg = best->seg;
-  block *rest = need < best->size ? block_new(p) : NULL;
+  block *rest = need < best->size ? loom_pool_block_new(p) : NULL;
   loom_status st = need < best->size && !rest
                        ? loom_set_error(LOOM_ERR_OOM, "out of host memory for allocator bookkeeping")
                        : p->prov->va_map(p->prov->ctx, (void *)best->addr, need);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
-    if (rest) block_recycle(p, rest);
+    if (rest) loom_pool_block_recycle(p, rest);
     return st;
   }
   if (rest) {
@@ -186,8 +186,8 @@ static loom_status map_into(loom_pool *p, block *best, size_t need, block **out)
   p->st.num_device_allocs++;
   history(p, H_SEGMENT_ALLOC, best->addr, need, sg->stream, NULL);
   poison(p, best->addr, need);
-  block *m = merge_insert(p, best);
-  free_remove(p, m);
+  block *m = loom_pool_merge_insert(p, best);
+  loom_pool_tree_remove(p, m);
   *out = m;
   return LOOM_OK;
 }
@@ -198,7 +198,7 @@ static void release_emptied(loom_pool *p) {
     if (p->segs[i]->expandable && p->segs[i]->mapped == 0) exp_release(p, p->segs[i]);
 }
 
-/* exp_unmap_block, unmapping at most cap bytes (rounded up to the granule;
+/* loom_pool_exp_unmap_block, unmapping at most cap bytes (rounded up to the granule;
  * the first whole granules of b), also telling where to continue a walk of
  * the segment (NULL: its end, or the segment was given back). */
 static size_t unmap_block(loom_pool *p, block *b, size_t cap, loom_status *st, block **cont, int may_release) {
@@ -209,21 +209,21 @@ static size_t unmap_block(loom_pool *p, block *b, size_t cap, loom_status *st, b
   if (hi <= lo) return 0;
   if (cap < hi - lo && up(cap, g) < hi - lo) hi = lo + up(cap, g);
   int head = lo > b->addr, tail = hi < end;
-  block *h = head ? block_new(p) : NULL, *t = tail ? block_new(p) : NULL;
+  block *h = head ? loom_pool_block_new(p) : NULL, *t = tail ? loom_pool_block_new(p) : NULL;
   if ((head && !h) || (tail && !t)) {  /* no bookkeeping memory: keep it mapped */
-    if (h) block_recycle(p, h);
-    if (t) block_recycle(p, t);
+    if (h) loom_pool_block_recycle(p, h);
+    if (t) loom_pool_block_recycle(p, t);
     return 0;
   }
-  free_remove(p, b);
+  loom_pool_tree_remove(p, b);
   unpoison(p, lo, hi - lo);
   loom_status s = p->prov->va_unmap(p->prov->ctx, (void *)lo, hi - lo);
   if (s != LOOM_OK) {
     if (st && *st == LOOM_OK) *st = s;
     poison(p, lo, hi - lo);
-    free_insert(p, b);
-    if (h) block_recycle(p, h);
-    if (t) block_recycle(p, t);
+    loom_pool_tree_insert(p, b);
+    if (h) loom_pool_block_recycle(p, h);
+    if (t) loom_pool_block_recycle(p, t);
     return 0;
   }
   block *mid = b;
@@ -241,9 +241,9 @@ static size_t unmap_block(loom_pool *p, block *b, size_t cap, loom_status *st, b
     t->size = end - hi;
     t->state = LOOM_BLOCK_FREE;
     link_after(mid, t);
-    free_insert(p, t);
+    loom_pool_tree_insert(p, t);
   }
-  if (head) free_insert(p, b);
+  if (head) loom_pool_tree_insert(p, b);
   mid = merge_unmapped(p, mid);
   *cont = tail ? t->next : mid->next;
   sg->mapped -= hi - lo;
@@ -258,12 +258,12 @@ static size_t unmap_block(loom_pool *p, block *b, size_t cap, loom_status *st, b
   return hi - lo;
 }
 
-size_t exp_unmap_block(loom_pool *p, block *b, loom_status *st) {
+size_t loom_pool_exp_unmap_block(loom_pool *p, block *b, loom_status *st) {
   block *cont;
   return unmap_block(p, b, SIZE_MAX, st, &cont, 1);
 }
 
-size_t exp_unmap_all(loom_pool *p, int kind, loom_status *st) {
+size_t loom_pool_exp_unmap_all(loom_pool *p, int kind, loom_status *st) {
   size_t total = 0;
   /* Backwards: a range given back only shifts the ones already visited. */
   for (int i = p->nsegs - 1; i >= 0; i--) {
@@ -278,7 +278,7 @@ size_t exp_unmap_all(loom_pool *p, int kind, loom_status *st) {
   return total;
 }
 
-void exp_destroy_segment(loom_pool *p, segment *sg) {
+void loom_pool_exp_destroy_segment(loom_pool *p, segment *sg) {
   /* Unmap each maximal mapped run (runs end on granule boundaries). */
   for (block *b = sg->head; b;) {
     if (b->state == LOOM_BLOCK_UNMAPPED) {

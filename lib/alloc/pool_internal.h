@@ -175,53 +175,53 @@ static inline int in_whole_tree(const block *b) { return !is_split(b) && !b->seg
 /* ---- pool_tree.c ----------------------------------------------------------- */
 /* First block >= key in tree t (strict: > key); t 0 is the free tree, 1 the
  * whole-segment tree. */
-block *tlower(int t, block *n, const block *key, int strict);
-void free_insert(loom_pool *p, block *b);
-void free_remove(loom_pool *p, block *b);
+block *loom_pool_tree_lower(int t, block *n, const block *key, int strict);
+void loom_pool_tree_insert(loom_pool *p, block *b);
+void loom_pool_tree_remove(loom_pool *p, block *b);
 
 /* ---- pool_segment.c -------------------------------------------------------- */
-block *block_new(loom_pool *p);
-void block_recycle(loom_pool *p, block *b);
+block *loom_pool_block_new(loom_pool *p);
+void loom_pool_block_recycle(loom_pool *p, block *b);
 /* Index of the segment holding addr, or -1. */
-int seg_index(loom_pool *p, uintptr_t addr);
-loom_status get_event(loom_pool *p, loom_stream *s, void **ev, int *dom);
-void put_event(loom_pool *p, void *ev, int dom);
+int loom_pool_seg_index(loom_pool *p, uintptr_t addr);
+loom_status loom_pool_event_get(loom_pool *p, loom_stream *s, void **ev, int *dom);
+void loom_pool_event_put(loom_pool *p, void *ev, int dom);
 /* Make `waiter` wait (GPU-side) for what is queued on `on` now. */
-loom_status wait_for_stream(loom_pool *p, loom_stream *waiter, loom_stream *on);
+loom_status loom_pool_wait_for_stream(loom_pool *p, loom_stream *waiter, loom_stream *on);
 /* A segment [base, base + n) in p's sorted table, with one head block over
  * all of it (state left to the caller); NULL on bookkeeping OOM, with
  * provider_msg set (the caller gives the memory back and reports it). */
-segment *add_segment(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n);
+segment *loom_pool_seg_add(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n);
 /* Take sg out of the table (the caller frees its memory, block and struct). */
-void remove_segment(loom_pool *p, segment *sg);
-loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block **out);
+void loom_pool_seg_remove(loom_pool *p, segment *sg);
+loom_status loom_pool_seg_new(loom_pool *p, int kind, size_t n, loom_stream *s, block **out);
 /* b spans a whole unused segment and sits in the free trees. */
-loom_status release_segment(loom_pool *p, block *b);
+loom_status loom_pool_seg_release(loom_pool *p, block *b);
 /* Release every unused segment; returns how many (first error into *st). */
-int release_all(loom_pool *p, loom_status *st);
-int release_fitting(loom_pool *p, int kind, size_t n);
+int loom_pool_release_all(loom_pool *p, loom_status *st);
+int loom_pool_release_fitting(loom_pool *p, int kind, size_t n);
 /* Over the threshold, give back the least recently freed unused segments. */
-void garbage_collect(loom_pool *p, size_t need);
+void loom_pool_garbage_collect(loom_pool *p, size_t need);
 /* Insert free block b into the index, merged with free neighbours; returns
  * the merged block. */
-block *merge_insert(loom_pool *p, block *b);
-void free_block(loom_pool *p, block *b);
-void process_events_locked(loom_pool *p);
+block *loom_pool_merge_insert(loom_pool *p, block *b);
+void loom_pool_block_free(loom_pool *p, block *b);
+void loom_pool_process_events_locked(loom_pool *p);
 
 /* ---- pool_expandable.c ----------------------------------------------------- */
 /* Map memory into an expandable segment of (kind, s), reserving a new range
  * if none can hold size, and return the free block of at least size bytes
  * that now exists (taken out of the free index). LOOM_ERR_OOM with
  * p->provider_msg set when the limit or the device refuses. */
-loom_status exp_grow(loom_pool *p, int kind, loom_stream *s, size_t size, block **out);
+loom_status loom_pool_exp_grow(loom_pool *p, int kind, loom_stream *s, size_t size, block **out);
 /* Unmap the whole granules inside free block b of an expandable segment
  * (giving the range back when nothing in it stays mapped). Returns the bytes
  * unmapped; a provider error goes to *st (when *st is LOOM_OK). */
-size_t exp_unmap_block(loom_pool *p, block *b, loom_status *st);
-/* exp_unmap_block over every free block of every expandable segment of
+size_t loom_pool_exp_unmap_block(loom_pool *p, block *b, loom_status *st);
+/* loom_pool_exp_unmap_block over every free block of every expandable segment of
  * kind (0: both classes); returns the bytes unmapped. */
-size_t exp_unmap_all(loom_pool *p, int kind, loom_status *st);
+size_t loom_pool_exp_unmap_all(loom_pool *p, int kind, loom_status *st);
 /* Unmap and unreserve everything (pool destruction). */
-void exp_destroy_segment(loom_pool *p, segment *sg);
+void loom_pool_exp_destroy_segment(loom_pool *p, segment *sg);
 
 #endif

@@ -15,7 +15,7 @@ size_t loom_pool_segment_size(size_t rounded) {
   return (rounded + LOOM_POOL_ROUND_LARGE - 1) / LOOM_POOL_ROUND_LARGE * LOOM_POOL_ROUND_LARGE;
 }
 
-block *block_new(loom_pool *p) {
+block *loom_pool_block_new(loom_pool *p) {
   block *b = p->spare;
   if (b) {
     p->spare = b->spare_next;
@@ -35,12 +35,12 @@ block *block_new(loom_pool *p) {
   return b;
 }
 
-void block_recycle(loom_pool *p, block *b) {
+void loom_pool_block_recycle(loom_pool *p, block *b) {
   b->spare_next = p->spare;
   p->spare = b;
 }
 
-int seg_index(loom_pool *p, uintptr_t addr) {
+int loom_pool_seg_index(loom_pool *p, uintptr_t addr) {
   int lo = 0, hi = p->nsegs - 1, ans = -1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
@@ -55,7 +55,7 @@ int seg_index(loom_pool *p, uintptr_t addr) {
   return -1;
 }
 
-loom_status get_event(loom_pool *p, loom_stream *s, void **ev, int *dom) {
+loom_status loom_pool_event_get(loom_pool *p, loom_stream *s, void **ev, int *dom) {
   *dom = p->prov->event_domain(p->prov->ctx, s);
   for (int i = p->nevcache - 1; i >= 0; i--) {
     if (p->evcache[i].domain == *dom) {
@@ -67,7 +67,7 @@ loom_status get_event(loom_pool *p, loom_stream *s, void **ev, int *dom) {
   return p->prov->event_create(p->prov->ctx, s, ev);
 }
 
-void put_event(loom_pool *p, void *ev, int dom) {
+void loom_pool_event_put(loom_pool *p, void *ev, int dom) {
   if (!grow((void **)&p->evcache, &p->capevcache, p->nevcache + 1, sizeof(cached_ev))) {
     p->prov->event_destroy(p->prov->ctx, ev);
     return;
@@ -76,23 +76,23 @@ void put_event(loom_pool *p, void *ev, int dom) {
 }
 
 /* Make `waiter` wait (GPU-side) for what is queued on `on` now. */
-loom_status wait_for_stream(loom_pool *p, loom_stream *waiter, loom_stream *on) {
+loom_status loom_pool_wait_for_stream(loom_pool *p, loom_stream *waiter, loom_stream *on) {
   if (!on || waiter == on) return LOOM_OK;  /* the host is synchronous */
   void *ev;
   int dom;
-  LOOM_TRY(get_event(p, on, &ev, &dom));
+  LOOM_TRY(loom_pool_event_get(p, on, &ev, &dom));
   loom_status st = p->prov->event_record(p->prov->ctx, ev, on);
   if (st == LOOM_OK) st = p->prov->stream_wait(p->prov->ctx, waiter, ev);
-  put_event(p, ev, dom);  /* a wait captures the record; the event can be reused */
+  loom_pool_event_put(p, ev, dom);  /* a wait captures the record; the event can be reused */
   return st;
 }
 
-segment *add_segment(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n) {
+segment *loom_pool_seg_add(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n) {
   segment *sg = calloc(1, sizeof *sg);
-  block *b = block_new(p);
+  block *b = loom_pool_block_new(p);
   if (!sg || !b || !grow((void **)&p->segs, &p->capsegs, p->nsegs + 1, sizeof(segment *))) {
     free(sg);
-    if (b) block_recycle(p, b);
+    if (b) loom_pool_block_recycle(p, b);
     snprintf(p->provider_msg, sizeof p->provider_msg, "out of host memory for allocator bookkeeping");
     return NULL;
   }
@@ -114,14 +114,14 @@ segment *add_segment(loom_pool *p, int kind, loom_stream *s, uintptr_t base, siz
   return sg;
 }
 
-void remove_segment(loom_pool *p, segment *sg) {
-  int i = seg_index(p, sg->base);
+void loom_pool_seg_remove(loom_pool *p, segment *sg) {
+  int i = loom_pool_seg_index(p, sg->base);
   memmove(&p->segs[i], &p->segs[i + 1], (size_t)(p->nsegs - i - 1) * sizeof(segment *));
   p->nsegs--;
   stat_add(p->st.segments, sg->kind, -1);
 }
 
-loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block **out) {
+loom_status loom_pool_seg_new(loom_pool *p, int kind, size_t n, loom_stream *s, block **out) {
   if (p->cfg.limit && (size_t)p->st.reserved_bytes[0].current + n > p->cfg.limit) {
     char a[32], b[32], c[32];
     snprintf(p->provider_msg, sizeof p->provider_msg, "the limit of %s would be exceeded (%s reserved + %s)",
@@ -135,7 +135,7 @@ loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block 
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
     return st;
   }
-  segment *sg = add_segment(p, kind, s, (uintptr_t)ptr, n);
+  segment *sg = loom_pool_seg_add(p, kind, s, (uintptr_t)ptr, n);
   if (!sg) {
     p->prov->seg_free(p->prov->ctx, ptr, n);
     return loom_set_error(LOOM_ERR_OOM, "%s", p->provider_msg);
@@ -152,25 +152,25 @@ loom_status new_segment(loom_pool *p, int kind, size_t n, loom_stream *s, block 
 }
 
 /* b spans a whole unused segment and sits in the free trees. */
-loom_status release_segment(loom_pool *p, block *b) {
+loom_status loom_pool_seg_release(loom_pool *p, block *b) {
   segment *sg = b->seg;
-  free_remove(p, b);
+  loom_pool_tree_remove(p, b);
   unpoison(p, sg->base, sg->size);
   loom_status st = p->prov->seg_free(p->prov->ctx, (void *)sg->base, sg->size);
-  remove_segment(p, sg);
+  loom_pool_seg_remove(p, sg);
   stat_add(p->st.reserved_bytes, sg->kind, -(int64_t)sg->size);
   p->st.num_device_frees++;
   history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream, NULL);
-  block_recycle(p, b);
+  loom_pool_block_recycle(p, b);
   free(sg);
   return st;
 }
 
-int release_all(loom_pool *p, loom_status *st) {
-  int n = p->cfg.expandable && exp_unmap_all(p, 0, st) > 0;
+int loom_pool_release_all(loom_pool *p, loom_status *st) {
+  int n = p->cfg.expandable && loom_pool_exp_unmap_all(p, 0, st) > 0;
   for (int k = LOOM_POOL_SMALL; k <= LOOM_POOL_LARGE; k++) {
     while (p->root[k][1]) {
-      loom_status s = release_segment(p, p->root[k][1]);
+      loom_status s = loom_pool_seg_release(p, p->root[k][1]);
       if (s != LOOM_OK && st && *st == LOOM_OK) *st = s;
       n++;
     }
@@ -181,13 +181,13 @@ int release_all(loom_pool *p, loom_status *st) {
 /* First OOM retry, for this size class: the smallest unused cached segment
  * that can hold n; if none can, the largest ones until n bytes are freed.
  * Returns how many segments were released. */
-int release_fitting(loom_pool *p, int kind, size_t n) {
-  if (p->cfg.expandable) return exp_unmap_all(p, kind, NULL) > 0;
+int loom_pool_release_fitting(loom_pool *p, int kind, size_t n) {
+  if (p->cfg.expandable) return loom_pool_exp_unmap_all(p, kind, NULL) > 0;
   block key = {0};
   key.size = n;
-  block *b = tlower(1, p->root[kind][1], &key, 0);
+  block *b = loom_pool_tree_lower(1, p->root[kind][1], &key, 0);
   if (b) {
-    release_segment(p, b);
+    loom_pool_seg_release(p, b);
     return 1;
   }
   int count = 0;
@@ -195,7 +195,7 @@ int release_fitting(loom_pool *p, int kind, size_t n) {
     block *m = p->root[kind][1];
     while (m->r[1]) m = m->r[1];
     freed += m->size;
-    release_segment(p, m);
+    loom_pool_seg_release(p, m);
   }
   return count;
 }
@@ -230,7 +230,7 @@ static int collect_unmappable(loom_pool *p, block **arr) {
   return len;
 }
 
-void garbage_collect(loom_pool *p, size_t need) {
+void loom_pool_garbage_collect(loom_pool *p, size_t need) {
   if (p->cfg.gc_threshold <= 0) return;
   size_t cap = p->cfg.limit, fr = 0, tot = 0;
   if (!cap && p->prov->mem_info(p->prov->ctx, &fr, &tot) == LOOM_OK) cap = tot;
@@ -248,57 +248,57 @@ void garbage_collect(loom_pool *p, size_t need) {
   /* Unmapping a block only splits it or merges unmapped neighbours, so the
    * other candidates stay valid free blocks. */
   for (int i = 0; i < len && (double)((size_t)p->st.reserved_bytes[0].current + need) > target; i++) {
-    if (arr[i]->seg->expandable) exp_unmap_block(p, arr[i], NULL);
-    else release_segment(p, arr[i]);
+    if (arr[i]->seg->expandable) loom_pool_exp_unmap_block(p, arr[i], NULL);
+    else loom_pool_seg_release(p, arr[i]);
   }
   free(arr);
 }
 
-block *merge_insert(loom_pool *p, block *b) {
+block *loom_pool_merge_insert(loom_pool *p, block *b) {
   if (b->prev && b->prev->state == LOOM_BLOCK_FREE) {
     block *pr = b->prev;
-    free_remove(p, pr);
+    loom_pool_tree_remove(p, pr);
     pr->size += b->size;
     pr->next = b->next;
     if (b->next) b->next->prev = pr;
-    block_recycle(p, b);
+    loom_pool_block_recycle(p, b);
     b = pr;
   }
   if (b->next && b->next->state == LOOM_BLOCK_FREE) {
     block *nx = b->next;
-    free_remove(p, nx);
+    loom_pool_tree_remove(p, nx);
     b->size += nx->size;
     b->next = nx->next;
     if (nx->next) nx->next->prev = b;
-    block_recycle(p, nx);
+    loom_pool_block_recycle(p, nx);
   }
-  free_insert(p, b);
+  loom_pool_tree_insert(p, b);
   return b;
 }
 
-void free_block(loom_pool *p, block *b) {
+void loom_pool_block_free(loom_pool *p, block *b) {
   stat_add(p->st.active_bytes, b->seg->kind, -(int64_t)b->size);
   b->state = LOOM_BLOCK_FREE;
   b->nuses = 0;
   b->event_count = 0;
-  merge_insert(p, b);
+  loom_pool_merge_insert(p, b);
 }
 
-void process_events_locked(loom_pool *p) {
+void loom_pool_process_events_locked(loom_pool *p) {
   for (int i = 0; i < p->npend;) {
     if (p->prov->event_query(p->prov->ctx, p->pend[i].ev) != 1) {
       i++;
       continue;
     }
     block *b = p->pend[i].b;
-    put_event(p, p->pend[i].ev, p->pend[i].domain);
+    loom_pool_event_put(p, p->pend[i].ev, p->pend[i].domain);
     p->pend[i] = p->pend[--p->npend];
     if (--b->event_count == 0) {
       uintptr_t addr = b->addr;
       size_t size = b->size;
       loom_stream *bs = b->stream;
       const char *site = b->site;
-      free_block(p, b);
+      loom_pool_block_free(p, b);
       history(p, H_FREE_COMPLETED, addr, size, bs, site);
     }
   }
@@ -306,6 +306,6 @@ void process_events_locked(loom_pool *p) {
 
 void loom_pool_process_events(loom_pool *p) {
   pthread_mutex_lock(&p->mu);
-  process_events_locked(p);
+  loom_pool_process_events_locked(p);
   pthread_mutex_unlock(&p->mu);
 }

@@ -56,7 +56,7 @@ static block *terase(int t, block *root, const block *x) {
 }
 
 /* First block >= key (strict: > key). */
-block *tlower(int t, block *n, const block *key, int strict) {
+block *loom_pool_tree_lower(int t, block *n, const block *key, int strict) {
   block *best = NULL;
   while (n) {
     int c = bcmp_key(t, n, key);
@@ -70,7 +70,7 @@ block *tlower(int t, block *n, const block *key, int strict) {
   return best;
 }
 
-void free_insert(loom_pool *p, block *b) {
+void loom_pool_tree_insert(loom_pool *p, block *b) {
   int k = b->seg->kind;
   p->root[k][0] = tinsert(0, p->root[k][0], b);
   if (in_whole_tree(b)) p->root[k][1] = tinsert(1, p->root[k][1], b);
@@ -78,7 +78,7 @@ void free_insert(loom_pool *p, block *b) {
   b->free_tick = ++p->tick;
 }
 
-void free_remove(loom_pool *p, block *b) {
+void loom_pool_tree_remove(loom_pool *p, block *b) {
   int k = b->seg->kind;
   p->root[k][0] = terase(0, p->root[k][0], b);
   if (in_whole_tree(b)) p->root[k][1] = terase(1, p->root[k][1], b);

@@ -17,7 +17,7 @@ static void seg_info(const segment *sg, loom_segment_info *out) {
 
 int loom_pool_debug_segment(loom_pool *p, uintptr_t addr, loom_segment_info *seg, loom_block_info *blocks, int max) {
   pthread_mutex_lock(&p->mu);
-  int i = seg_index(p, addr);
+  int i = loom_pool_seg_index(p, addr);
   if (i < 0) {
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -43,7 +43,7 @@ int loom_pool_debug_segments(loom_pool *p, loom_segment_info *segs, int max) {
 static int tree_count(int t, const block *n) { return n ? 1 + tree_count(t, n->l[t]) + tree_count(t, n->r[t]) : 0; }
 
 static int tree_find(int t, block *root, const block *x) {
-  block *f = tlower(t, root, x, 0);
+  block *f = loom_pool_tree_lower(t, root, x, 0);
   return f == x;
 }
 

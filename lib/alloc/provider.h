@@ -63,4 +63,18 @@ const loom_provider *loom_provider_cuda(int index);
 /* cudaHostAlloc (NULL when built without CUDA). */
 const loom_provider *loom_provider_pinned(void);
 
+/* Simulated GPUs (loom_device_testing_fake_gpus, for tests) have no memory
+ * of their own: the test registers a factory (tests/support/fake_gpus.c)
+ * that hands out the provider of each simulated physical GPU (capacity:
+ * its size in bytes), and every logical device on that GPU allocates from
+ * it. Called under the allocator's lock, once per device pool or graph
+ * pool created; it must return the same provider for the same GPU. */
+typedef const loom_provider *(*loom_provider_factory)(void *ud, int physical_gpu, size_t capacity);
+/* Register (f NULL: remove) the factory. Before the first allocation on a
+ * simulated GPU. */
+void loom_provider_set_fake_gpu_factory(loom_provider_factory f, void *ud);
+/* The registered factory's provider for physical GPU phys; NULL when none
+ * is registered or it has none. */
+const loom_provider *loom_provider_fake_gpu(int phys);
+
 #endif

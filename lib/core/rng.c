@@ -7,10 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/capture.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/rng_replay.h"
-#include "device/graph_capture.h"
 #include "loom/rng.h"
 
 /* Below this many elements a fill is not worth waking a thread team. */

@@ -14,7 +14,6 @@
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
 #include "loom/log.h"
-#include "loom/alloc.h"
 
 typedef struct logical_gpu {
   int physical;

@@ -28,8 +28,9 @@ int loom_device_physical(int index);
 size_t loom_device_memory_limit(int index);
 /* Tests only: pretend there are n physical GPUs of mem bytes each, before
  * any device is used. No CUDA call is made for them: their streams and events
- * behave like the CPU's, and the allocator gives them fake providers.
- * LOOM_ERR_STATE after first use. */
+ * behave like the CPU's, and the allocator takes their memory from the
+ * provider factory the test registers (alloc/provider.h; tests/support/
+ * fake_gpus.c does both). LOOM_ERR_STATE after first use. */
 loom_status loom_device_testing_fake_gpus(int n, size_t mem);
 /* n > 0 when fake GPUs are active (mem: their size). */
 int loom_device_fake_gpus(size_t *mem);

@@ -1,8 +1,8 @@
 /* sync_stats.c — per-thread counters of host waits (see sync_stats.h). */
 #include <stddef.h>
 
+#include "core/capture.h"
 #include "device/sync_stats.h"
-#include "device/graph_capture.h"
 
 static _Thread_local loom_sync_counts tl_counts;
 

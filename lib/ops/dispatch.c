@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "autograd/node.h"
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "ops/flops.h"
 #include "ops/op.h"
 #include "prof/prof.h"

@@ -7,7 +7,27 @@
 #include "prof/prof_internal.h"
 
 #ifdef LOOM_HAVE_NVTX
+/* NVTX v3 is header-only: nvToolsExt.h defines its implementation in the
+ * file that includes it, as hidden weak ("link-once") functions and globals
+ * named nvtx*_v3, plus a weak InitializeInjectionNvtx2_fnptr for statically
+ * linked tools. In libloom.a those would be global names beside loom_*
+ * that a user's own NVTX copy would merge with. Only this file includes
+ * NVTX, so here they become static instead: the link-once macros of
+ * nvtxDetail/nvtxLinkOnce.h are given as static before the header reads
+ * them (its include guard then skips its own definitions), and static
+ * injection is off (NVTX_SUPPORT_STATIC_INJECTION_LIBRARY, nvtxInit.h).
+ * Tools attach through NVTX_INJECTION64_PATH as before, which is how Nsight
+ * Systems does it (tests/test_prof_nvtx.c checks that path). */
+#define NVTX_SUPPORT_STATIC_INJECTION_LIBRARY 0
+#define __NVTX_LINKONCE_H__
+#define NVTX_LINKONCE_DEFINE_GLOBAL static
+#define NVTX_LINKONCE_DEFINE_FUNCTION static
+#define NVTX_LINKONCE_FWDDECL_GLOBAL static
+#define NVTX_LINKONCE_FWDDECL_FUNCTION static
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"  /* the parts of NVTX loom does not call */
 #include <nvtx3/nvToolsExt.h>
+#pragma GCC diagnostic pop
 
 static nvtxDomainHandle_t g_domain;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

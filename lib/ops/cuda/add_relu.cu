@@ -5,7 +5,7 @@
 #include "ops/cuda/cuda_dtype.cuh"
 
 template <typename T>
-__global__ void k_add_relu(const T *a, const T *b, T *y, int64_t n) {
+static __global__ void k_add_relu(const T *a, const T *b, T *y, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const float v = loom_to_f(a[i]) + loom_to_f(b[i]);
     y[i] = loom_from_f<T>(v > 0.0f ? v : 0.0f);
@@ -13,7 +13,7 @@ __global__ void k_add_relu(const T *a, const T *b, T *y, int64_t n) {
 }
 
 template <typename T>
-__global__ void k_add_relu_bwd(const T *gy, const T *y, T *d0, T *d1, int64_t n) {
+static __global__ void k_add_relu_bwd(const T *gy, const T *y, T *d0, T *d1, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const T g = loom_to_f(y[i]) > 0.0f ? gy[i] : loom_from_f<T>(0.0f);
     d0[i] = g;

@@ -67,7 +67,7 @@ __device__ __forceinline__ void bn_channel_consts(const loom_cu_bn &p, int64_t c
 }
 
 template <int MODE>
-__global__ void k_partial_planar(loom_cu_bn p) {
+static __global__ void k_partial_planar(loom_cu_bn p) {
   __shared__ double s1[BN_THREADS], s2[BN_THREADS];
   const int64_t c = blockIdx.x;
   const int split = blockIdx.y;
@@ -95,7 +95,7 @@ __global__ void k_partial_planar(loom_cu_bn p) {
 
 /* Interleaved: block (32, 8): lane x = channel, y = row phase. */
 template <int MODE>
-__global__ void k_partial_rows(loom_cu_bn p) {
+static __global__ void k_partial_rows(loom_cu_bn p) {
   __shared__ double s1[8][33], s2[8][33];
   const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
   const int split = blockIdx.y;
@@ -125,7 +125,7 @@ __device__ __forceinline__ void bn_sums(const loom_cu_bn &p, int64_t c, double *
   }
 }
 
-__global__ void k_finish_fwd(loom_cu_bn p) {
+static __global__ void k_finish_fwd(loom_cu_bn p) {
   const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= p.C) return;
   float w, b, meanf, invstdf;
@@ -155,7 +155,7 @@ __global__ void k_finish_fwd(loom_cu_bn p) {
   loom_bn_coef(w, b, meanf, invstdf, &p.coef[c], &p.coef[p.C + c]);
 }
 
-__global__ void k_apply(loom_cu_bn p, int64_t n) {
+static __global__ void k_apply(loom_cu_bn p, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t c = p.inner == 1 ? i % p.C : (i / p.inner) % p.C;
     float v = loom_bn_pre(loom_load_f(p.x, p.dt, i), p.coef[c], p.coef[p.C + c]);
@@ -166,7 +166,7 @@ __global__ void k_apply(loom_cu_bn p, int64_t n) {
 
 /* coef: [0] scale, [1] shift (the ReLU mask), [2] k, [3] q, [4] r of
  * dx = k dy' - q (x - mean) - r. */
-__global__ void k_finish_bwd(loom_cu_bn p, int have_sums) {
+static __global__ void k_finish_bwd(loom_cu_bn p, int have_sums) {
   const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= p.C) return;
   double s1 = 0.0, s2 = 0.0;
@@ -182,7 +182,7 @@ __global__ void k_finish_bwd(loom_cu_bn p, int have_sums) {
   p.coef[4 * p.C + c] = p.training ? (float)(k * s1 / M) : 0.0f;
 }
 
-__global__ void k_dx(loom_cu_bn p, int64_t n) {
+static __global__ void k_dx(loom_cu_bn p, int64_t n) {
   const int64_t C = p.C;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t c = p.inner == 1 ? i % C : (i / p.inner) % C;

@@ -8,8 +8,8 @@
 
 #define DROP_WORDS 256
 
-__global__ void k_dropout_fwd(int dt, const void *x, void *y, uint32_t *mask, int64_t n, uint64_t seed,
-                              uint64_t offset, uint32_t thr, float scale) {
+static __global__ void k_dropout_fwd(int dt, const void *x, void *y, uint32_t *mask, int64_t n, uint64_t seed,
+                                     uint64_t offset, uint32_t thr, float scale) {
   __shared__ uint32_t bits[DROP_WORDS];
   const int64_t nwords = (n + 31) / 32;
   for (int64_t w0 = (int64_t)blockIdx.x * DROP_WORDS; w0 < nwords; w0 += (int64_t)gridDim.x * DROP_WORDS) {
@@ -30,7 +30,7 @@ __global__ void k_dropout_fwd(int dt, const void *x, void *y, uint32_t *mask, in
   }
 }
 
-__global__ void k_dropout_bwd(int dt, const void *gy, const uint32_t *mask, void *dx, int64_t n, float scale) {
+static __global__ void k_dropout_bwd(int dt, const void *gy, const uint32_t *mask, void *dx, int64_t n, float scale) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const bool keep = mask[e / 32] >> (e % 32) & 1u;
     loom_store_f(dx, dt, e, keep ? loom_load_f(gy, dt, e) * scale : 0.0f);

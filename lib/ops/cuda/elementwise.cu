@@ -27,7 +27,7 @@ static int contig_kind(const loom_cu_iter *it, int k) {
 /* ---- binary ------------------------------------------------------------------- */
 
 template <typename T>
-__global__ void k_binary(int op, loom_cu_iter it, T *out, const T *a, const T *b) {
+static __global__ void k_binary(int op, loom_cu_iter it, T *out, const T *a, const T *b) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < it.numel; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[3];
     loom_iter_offsets(it, i, 3, off);
@@ -37,13 +37,13 @@ __global__ void k_binary(int op, loom_cu_iter it, T *out, const T *a, const T *b
 
 /* Contiguous out; a/b contiguous (sa/sb = 1) or one broadcast scalar (0). */
 template <typename T>
-__global__ void k_binary_contig(int op, int64_t n, T *out, const T *a, int sa, const T *b, int sb) {
+static __global__ void k_binary_contig(int op, int64_t n, T *out, const T *a, int sa, const T *b, int sb) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     out[i] = loom_from_f<T>(loom_ew_binary(op, loom_to_f(a[sa ? i : 0]), loom_to_f(b[sb ? i : 0])));
 }
 
 template <typename T>
-__global__ void k_binary_vec(int op, int64_t nvec, T *out, const T *a, int sa, const T *b, int sb) {
+static __global__ void k_binary_vec(int op, int64_t nvec, T *out, const T *a, int sa, const T *b, int sb) {
   constexpr int N = 16 / sizeof(T);
   const float as = sa ? 0.0f : loom_to_f(a[0]), bs = sb ? 0.0f : loom_to_f(b[0]);
   for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
@@ -88,7 +88,7 @@ extern "C" cudaError_t loom_cu_binary(int ew_op, int dt, const loom_cu_iter *it,
 /* ---- unary ---------------------------------------------------------------------- */
 
 template <typename T>
-__global__ void k_unary(int op, float sc, loom_cu_iter it, T *out, const T *a) {
+static __global__ void k_unary(int op, float sc, loom_cu_iter it, T *out, const T *a) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < it.numel; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[2];
     loom_iter_offsets(it, i, 2, off);
@@ -97,13 +97,13 @@ __global__ void k_unary(int op, float sc, loom_cu_iter it, T *out, const T *a) {
 }
 
 template <typename T>
-__global__ void k_unary_contig(int op, float sc, int64_t n, T *out, const T *a) {
+static __global__ void k_unary_contig(int op, float sc, int64_t n, T *out, const T *a) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     out[i] = loom_from_f<T>(loom_ew_unary(op, loom_to_f(a[i]), sc));
 }
 
 template <typename T>
-__global__ void k_unary_vec(int op, float sc, int64_t nvec, T *out, const T *a) {
+static __global__ void k_unary_vec(int op, float sc, int64_t nvec, T *out, const T *a) {
   constexpr int N = 16 / sizeof(T);
   for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
     loom_vec<T, N> va, vo;
@@ -142,7 +142,7 @@ extern "C" cudaError_t loom_cu_unary(int ew_op, int dt, float scalar, const loom
 
 /* Same dtype: move the bits (exact for every dtype, including i64). */
 template <typename U>
-__global__ void k_copy_bits(loom_cu_iter it, U *out, const U *a) {
+static __global__ void k_copy_bits(loom_cu_iter it, U *out, const U *a) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < it.numel; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[2];
     loom_iter_offsets(it, i, 2, off);
@@ -152,13 +152,13 @@ __global__ void k_copy_bits(loom_cu_iter it, U *out, const U *a) {
 
 /* Contiguous runs of bytes (a contiguous copy of any dtype): 16 per access
  * when aligned, which is what fill_ (a broadcast scalar) is not. */
-__global__ void k_copy_words(int64_t nw, uint4 *out, const uint4 *a) {
+static __global__ void k_copy_words(int64_t nw, uint4 *out, const uint4 *a) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nw; i += (int64_t)gridDim.x * blockDim.x)
     out[i] = a[i];
 }
 
 /* Float to float: through f32 (what the CPU does). */
-__global__ void k_copy_float(int odt, int idt, loom_cu_iter it, void *out, const void *a) {
+static __global__ void k_copy_float(int odt, int idt, loom_cu_iter it, void *out, const void *a) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < it.numel; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[2];
     loom_iter_offsets(it, i, 2, off);
@@ -170,7 +170,7 @@ __global__ void k_copy_float(int odt, int idt, loom_cu_iter it, void *out, const
  * elements per thread: 16-byte accesses on the 16-bit side, two on the f32
  * side. */
 template <typename O, typename I>
-__global__ void k_cast_vec(int64_t nvec, O *out, const I *a) {
+static __global__ void k_cast_vec(int64_t nvec, O *out, const I *a) {
   for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nvec; v += (int64_t)gridDim.x * blockDim.x) {
     loom_vec<I, 8> vi;
     loom_vec<O, 8> vo;
@@ -191,7 +191,7 @@ static void try_cast_vec(int64_t n, void *out, const void *a, int64_t *done, cud
 
 /* Anything involving an integer dtype travels through double, exactly like
  * the CPU's loom_cpu_load_f64 / loom_cpu_store_f64. */
-__device__ double load_any(const void *p, int dt, int64_t i) {
+static __device__ double load_any(const void *p, int dt, int64_t i) {
   switch (dt) {
     case 0: return ((const float *)p)[i];
     case 1: return loom_cu_h2f(((const uint16_t *)p)[i]);
@@ -202,7 +202,7 @@ __device__ double load_any(const void *p, int dt, int64_t i) {
   }
 }
 
-__device__ void store_any(void *p, int dt, int64_t i, double v) {
+static __device__ void store_any(void *p, int dt, int64_t i, double v) {
   switch (dt) {
     case 0: ((float *)p)[i] = (float)v; break;
     case 1: ((uint16_t *)p)[i] = loom_cu_f2h((float)v); break;
@@ -213,7 +213,7 @@ __device__ void store_any(void *p, int dt, int64_t i, double v) {
   }
 }
 
-__global__ void k_copy_any(int odt, int idt, loom_cu_iter it, void *out, const void *a) {
+static __global__ void k_copy_any(int odt, int idt, loom_cu_iter it, void *out, const void *a) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < it.numel; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t off[2];
     loom_iter_offsets(it, i, 2, off);

@@ -29,7 +29,7 @@ __device__ __forceinline__ double warp_sum(double v) {
  * (x - m) - logsum, never x - (m + logsum): with large logits (|x| ~ 1e3,
  * where an f32 ulp is 6e-5) rounding m + log(s) first loses the result's
  * precision and departs from the CPU kernel. */
-__device__ float row_max_logsum(const void *x, int dt, int64_t base, int64_t C, int lane, float *logsum) {
+static __device__ float row_max_logsum(const void *x, int dt, int64_t base, int64_t C, int lane, float *logsum) {
   float m = -INFINITY;
   for (int64_t j = lane; j < C; j += 32) {
     float v = loom_load_f(x, dt, base + j);
@@ -49,7 +49,7 @@ __device__ float row_max_logsum(const void *x, int dt, int64_t base, int64_t C, 
 
 static unsigned blocks_for_rows(int64_t rows) { return (unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK); }
 
-__global__ void k_log_softmax(int dt, const void *x, void *y, int64_t rows, int64_t C) {
+static __global__ void k_log_softmax(int dt, const void *x, void *y, int64_t rows, int64_t C) {
   const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -65,7 +65,7 @@ extern "C" cudaError_t loom_cu_log_softmax(int dt, const void *x, void *y, int64
   return cudaGetLastError();
 }
 
-__global__ void k_log_softmax_bw(int dt, const void *dy, const void *y, void *dx, int64_t rows, int64_t C) {
+static __global__ void k_log_softmax_bw(int dt, const void *dy, const void *y, void *dx, int64_t rows, int64_t C) {
   const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -92,8 +92,8 @@ __device__ __forceinline__ int64_t label_at(const void *l, int ldt, int64_t i) {
   }
 }
 
-__global__ void k_ce_rows(int dt, const void *x, int ldt, const void *labels, int64_t lstride, int64_t N, int64_t C,
-                          float *row_loss, unsigned long long *bad) {
+static __global__ void k_ce_rows(int dt, const void *x, int ldt, const void *labels, int64_t lstride, int64_t N,
+                                 int64_t C, float *row_loss, unsigned long long *bad) {
   const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= N) return;
@@ -115,8 +115,8 @@ __global__ void k_ce_rows(int dt, const void *x, int ldt, const void *labels, in
 /* Mean of the per-row losses in double, by one block; then thread 0
  * publishes a bad label found by k_ce_rows (first one wins until the host
  * has reported it) and clears the device word for the next launch. */
-__global__ void k_mean(const float *v, int64_t n, float *out, unsigned long long *bad, loom_cu_deferred_error *rec,
-                       int ldt, const void *labels, int64_t lstride, int64_t C) {
+static __global__ void k_mean(const float *v, int64_t n, float *out, unsigned long long *bad,
+                              loom_cu_deferred_error *rec, int ldt, const void *labels, int64_t lstride, int64_t C) {
   __shared__ double sh[256];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
@@ -153,8 +153,8 @@ extern "C" cudaError_t loom_cu_cross_entropy(int dt, const void *x, int ldt, con
   return cudaGetLastError();
 }
 
-__global__ void k_ce_bw(int dt, const float *gy, const void *x, int ldt, const void *labels, int64_t lstride,
-                        int64_t N, int64_t C, void *dx) {
+static __global__ void k_ce_bw(int dt, const float *gy, const void *x, int ldt, const void *labels, int64_t lstride,
+                               int64_t N, int64_t C, void *dx) {
   const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= N) return;

@@ -48,7 +48,7 @@ __device__ __forceinline__ void pool_window(const loom_cu_pool &p, int64_t oh, i
   *div = (float)((p.adaptive || !p.cip) ? (*h1 - *h0) * (*w1 - *w0) : sph * spw);
 }
 
-__global__ void k_max_fwd(loom_cu_pool p, const void *x, void *y, int32_t *idx, int64_t total) {
+static __global__ void k_max_fwd(loom_cu_pool p, const void *x, void *y, int32_t *idx, int64_t total) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t n, c, oh, ow, h0, h1, w0, w1;
     float div;
@@ -66,7 +66,7 @@ __global__ void k_max_fwd(loom_cu_pool p, const void *x, void *y, int32_t *idx, 
   }
 }
 
-__global__ void k_avg_fwd(loom_cu_pool p, const void *x, void *y, int64_t total) {
+static __global__ void k_avg_fwd(loom_cu_pool p, const void *x, void *y, int64_t total) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t n, c, oh, ow, h0, h1, w0, w1;
     float div, s = 0.0f;
@@ -81,7 +81,7 @@ __global__ void k_avg_fwd(loom_cu_pool p, const void *x, void *y, int64_t total)
 /* MAX: sum gy over the outputs whose argmax is this element; else the
  * average pool's share gy / div of every window holding it. */
 template <bool MAX>
-__global__ void k_pool_bwd(loom_cu_pool p, const void *gy, const int32_t *idx, void *dx, int64_t total) {
+static __global__ void k_pool_bwd(loom_cu_pool p, const void *gy, const int32_t *idx, void *dx, int64_t total) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t n, c, h, w, oh0, oh1, ow0, ow1;
     pool_coords(p, i, p.H, p.W, &n, &c, &h, &w);

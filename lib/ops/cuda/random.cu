@@ -5,7 +5,8 @@
 #include "core/philox.h"
 #include "ops/cuda/cuda_dtype.cuh"
 
-__global__ void k_rng(int normal, uint64_t seed, uint64_t offset, void *out, int dt, int64_t n, float a, float b) {
+static __global__ void k_rng(int normal, uint64_t seed, uint64_t offset, void *out, int dt, int64_t n, float a,
+                             float b) {
   const int64_t nb = (n + 3) / 4;
   for (int64_t blk = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; blk < nb; blk += (int64_t)gridDim.x * blockDim.x) {
     const int64_t base = blk * 4;

@@ -30,8 +30,8 @@ __device__ __forceinline__ void arg_comb(float &bv, int64_t &bi, float v, int64_
 }
 
 /* One block per row (used when the row is contiguous or rows are few). */
-__global__ void k_reduce_block(int kind, int idt, const void *x, int64_t len, int64_t rs, int64_t js, int odt,
-                               void *out) {
+static __global__ void k_reduce_block(int kind, int idt, const void *x, int64_t len, int64_t rs, int64_t js, int odt,
+                                      void *out) {
   __shared__ double ssum[RED_THREADS];
   __shared__ float smax[RED_THREADS];
   const int64_t r = blockIdx.x;
@@ -58,8 +58,8 @@ __global__ void k_reduce_block(int kind, int idt, const void *x, int64_t len, in
 
 /* One thread per row (column reductions: adjacent threads read adjacent
  * addresses when rs == 1). */
-__global__ void k_reduce_thread(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs, int64_t js,
-                                int odt, void *out) {
+static __global__ void k_reduce_thread(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t rs,
+                                       int64_t js, int odt, void *out) {
   for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
     double acc = 0.0;
     float m = -INFINITY;
@@ -76,8 +76,8 @@ __global__ void k_reduce_thread(int kind, int idt, const void *x, int64_t rows, 
  * for bias gradients): a block covers 32 outputs; its 8 warps split the
  * reduced dim, each lane reading one output's column, so every warp load is
  * coalesced; shared memory combines the 8 partial results. */
-__global__ void k_reduce_cols(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t js, int odt,
-                              void *out) {
+static __global__ void k_reduce_cols(int kind, int idt, const void *x, int64_t rows, int64_t len, int64_t js, int odt,
+                                     void *out) {
   __shared__ double ssum[8][33];
   __shared__ float smax[8][33];
   const int64_t r = (int64_t)blockIdx.x * 32 + threadIdx.x;
@@ -138,7 +138,8 @@ __device__ __forceinline__ void block_combine(int kind, double *ssum, float *sma
 }
 
 /* grid (parts, rows): part p of row r covers [p*chunk, min(len, (p+1)*chunk)). */
-__global__ void k_reduce_split(int kind, int idt, const void *x, int64_t len, int64_t rs, int64_t js, double *partial) {
+static __global__ void k_reduce_split(int kind, int idt, const void *x, int64_t len, int64_t rs, int64_t js,
+                                      double *partial) {
   __shared__ double ssum[RED_THREADS];
   __shared__ float smax[RED_THREADS];
   const int64_t r = blockIdx.y, parts = gridDim.x;
@@ -155,7 +156,7 @@ __global__ void k_reduce_split(int kind, int idt, const void *x, int64_t len, in
   if (threadIdx.x == 0) partial[r * parts + blockIdx.x] = kind == 0 ? acc : (double)m;
 }
 
-__global__ void k_reduce_finish(int kind, const double *partial, int64_t parts, int odt, void *out) {
+static __global__ void k_reduce_finish(int kind, const double *partial, int64_t parts, int odt, void *out) {
   __shared__ double ssum[RED_THREADS];
   __shared__ float smax[RED_THREADS];
   const int64_t r = blockIdx.x;
@@ -192,7 +193,7 @@ extern "C" cudaError_t loom_cu_reduce2d(int kind, int idt, const void *x, int64_
   return cudaGetLastError();
 }
 
-__global__ void k_argmax_block(int idt, const void *x, int64_t len, int64_t rs, int64_t js, int64_t *out) {
+static __global__ void k_argmax_block(int idt, const void *x, int64_t len, int64_t rs, int64_t js, int64_t *out) {
   __shared__ float sv[RED_THREADS];
   __shared__ int64_t si[RED_THREADS];
   const int64_t r = blockIdx.x;

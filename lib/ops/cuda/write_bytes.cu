@@ -13,7 +13,7 @@ typedef struct payload {
   unsigned char b[CHUNK];
 } payload;
 
-__global__ void k_write_bytes(unsigned char *dst, payload p, int n) {
+static __global__ void k_write_bytes(unsigned char *dst, payload p, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = p.b[i];
 }
 

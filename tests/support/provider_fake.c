@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc/provider_fake.h"
 #include "core/error.h"
+#include "support/provider_fake.h"
 
 #define FAKE_ALIGN ((size_t)2 << 20)
 #define FAKE_BASE ((uintptr_t)1 << 40)

@@ -1,6 +1,6 @@
-/* provider_fake.h (internal) — a simulated device for testing the allocator
- * without a GPU: addresses are numbers in a made-up address space (never
- * dereference them), capacity is configurable, the Nth segment allocation
+/* provider_fake.h (test support) — a simulated device for testing the
+ * allocator without a GPU: addresses are numbers in a made-up address space
+ * (never dereference them), capacity is configurable, the Nth segment allocation
  * can be made to fail, and events complete only when the test says the
  * stream they were recorded on is done (loom_fake_complete).
  *
@@ -13,8 +13,8 @@
  * memory still mapped are errors (LOOM_ERR_INTERNAL). Fault injection
  * (fail_nth) covers segment allocations, reservations and maps.
  * Streams are any distinct pointers the test makes up. Thread-safe. */
-#ifndef LOOM_ALLOC_PROVIDER_FAKE_H
-#define LOOM_ALLOC_PROVIDER_FAKE_H
+#ifndef LOOM_TESTS_PROVIDER_FAKE_H
+#define LOOM_TESTS_PROVIDER_FAKE_H
 
 #include <stddef.h>
 #include <stdint.h>
