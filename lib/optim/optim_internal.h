@@ -96,9 +96,10 @@ struct loom_optimizer_vtable {
   void (*put_hparams)(const loom_optimizer *o, loom_optim_hparam_writer *w);
   loom_status (*check_hparams)(const loom_optimizer *o, loom_optim_lookup lookup, void *ctx);
   void (*apply_hparams)(loom_optimizer *o, loom_optim_lookup lookup, void *ctx);
-  /* After a restore wrote the header (counts, lr, groups): NULL, or follow
-   * it (the offload wrapper brings its inner optimizer along). */
-  void (*restored)(loom_optimizer *o);
+  /* After a restore wrote the parameters, the state tensors and the header
+   * (counts, lr, groups): NULL, or follow them (the offload wrapper brings
+   * its inner optimizer and host copies along). */
+  loom_status (*restored)(loom_optimizer *o);
   /* Release everything, o included. */
   void (*free)(loom_optimizer *o);
 };
@@ -152,6 +153,10 @@ int loom_optim_parse_double(const char *s, double *out);
 /* The saved value of key as a double in [lo, hi], or an error naming it. */
 loom_status loom_optim_need_double(loom_optim_lookup lookup, void *ctx, const char *key, double lo, double hi,
                                    double *out);
+
+/* optim_offload.c: the inner optimizer of an offload wrapper (borrowed; its
+ * parameters are the host copies), NULL for any other optimizer. */
+loom_optimizer *loom_optim_offload_inner(const loom_optimizer *o);
 
 /* lr_schedule.c: a schedule's fields in the shared formula's form. */
 loom_lr_params loom_lr_params_of(const loom_lr_schedule *s);

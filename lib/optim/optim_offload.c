@@ -174,17 +174,20 @@ static void offload_apply_hparams(loom_optimizer *o, loom_optim_lookup lookup, v
   in->vt->apply_hparams(in, lookup, ctx);
 }
 
-/* A restore wrote the header: the inner optimizer takes its lr, groups and
- * counts. */
-static void offload_restored(loom_optimizer *o) {
-  loom_optimizer *in = of(o)->inner;
+/* A restore wrote the device parameters, the inner's state tensors and the
+ * header: the host copies take the parameters' values, the inner optimizer
+ * the lr, groups and counts. */
+static loom_status offload_restored(loom_optimizer *o) {
+  offload_optimizer *w = of(o);
+  loom_optimizer *in = w->inner;
+  for (int i = 0; i < o->n; i++) LOOM_TRY(to_host(o->params[i], w->host_params[i]));
   for (int g = 0; g < o->n_groups; g++) {
-    (void)loom_optimizer_set_group_lr(in, g, o->groups[g].lr);
-    (void)loom_optimizer_set_group_weight_decay(in, g, o->groups[g].weight_decay);
+    LOOM_TRY(loom_optimizer_set_group_lr(in, g, o->groups[g].lr));
+    LOOM_TRY(loom_optimizer_set_group_weight_decay(in, g, o->groups[g].weight_decay));
   }
   for (int i = 0; i < o->n; i++) loom_optim_set_param_steps(in, i, o->param_steps[i]);
   in->steps = o->steps;
-  loom_optim_counts_restored(in);
+  return loom_optim_counts_restored(in);
 }
 
 static void offload_free(loom_optimizer *o) {
@@ -211,6 +214,10 @@ static const loom_optimizer_vtable offload_vtable = {
   .restored = offload_restored,
   .free = offload_free,
 };
+
+loom_optimizer *loom_optim_offload_inner(const loom_optimizer *o) {
+  return o && o->vt == &offload_vtable ? cof(o)->inner : NULL;
+}
 
 loom_optimizer *loom_adamw_offload_new(loom_tensor *const *params, int n, const loom_adamw_options *opt) {
   /* Validate the options and build the state on the host copies first. */

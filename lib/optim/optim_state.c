@@ -42,8 +42,8 @@ void loom_optim_set_param_steps(loom_optimizer *o, int i, int64_t steps) {
   if (o && i >= 0 && i < o->n) o->param_steps[i] = steps;
 }
 
-void loom_optim_counts_restored(loom_optimizer *o) {
-  if (!o) return;
+loom_status loom_optim_counts_restored(loom_optimizer *o) {
+  if (!o) return LOOM_OK;
 #ifdef LOOM_HAVE_CUDA
   /* The device step state was seeded from the old host counts: drop it; the
    * next step builds it again from the restored ones. */
@@ -53,7 +53,7 @@ void loom_optim_counts_restored(loom_optimizer *o) {
   }
   o->counts_on_device = false;
 #endif
-  if (o->vt->restored) o->vt->restored(o);
+  return o->vt->restored ? o->vt->restored(o) : LOOM_OK;
 }
 
 void loom_optim_put(loom_optim_hparam_writer *w, const char *key, const char *fmt, ...) {

@@ -45,6 +45,6 @@ void loom_optim_set_param_steps(loom_optimizer *o, int i, int64_t steps);
 /* After the hyper-parameters were applied and every count was set: forget
  * device copies of the old counts, and let the implementation follow the
  * restored values. */
-void loom_optim_counts_restored(loom_optimizer *o);
+loom_status loom_optim_counts_restored(loom_optimizer *o);
 
 #endif
