@@ -37,6 +37,11 @@
  * backoff_factor. After growth_interval consecutive good steps it is
  * multiplied by growth_factor. The scale stays within [min_scale, max_scale].
  *
+ * The entries that take a model or an optimizer are declared with them:
+ * loom_module_set_precision, loom_module_get_precision and
+ * loom_module_refresh_lowp in nn.h; loom_scaler_unscale and loom_scaler_step
+ * in optim.h (<loom/loom.h> has them all).
+ *
  * Ownership: the scaler is owned by the caller (loom_scaler_free). Tensors
  * follow tensor.h's rule.
  *
@@ -45,8 +50,6 @@
 #define LOOM_AMP_H
 
 #include "tensor.h"
-#include "nn.h"
-#include "optim.h"
 
 LOOM_EXTERN_C_BEGIN
 
@@ -66,16 +69,6 @@ LOOM_API const char *loom_precision_name(loom_precision p);
 /* The dtype matmuls run in under p (f32, f16 or bf16). */
 LOOM_API loom_dtype loom_precision_compute_dtype(loom_precision p);
 
-/* Apply a policy to m and everything under it. keep_last_fp32: the last
- * Linear (depth first; a ResNet's fc) runs in f32 with its f32 parameters, its input cast up
- * — the usual choice for the classifier layer. Setting FP32 drops the
- * low-precision copies. May be called again (e.g. to switch policy); do it
- * between steps, after the optimizer has stepped. */
-LOOM_API loom_status loom_module_set_precision(loom_module *m, loom_precision p, bool keep_last_fp32);
-LOOM_API loom_precision loom_module_get_precision(const loom_module *m);
-/* Re-cast every master of m into its low-precision copy (after changing the
- * masters outside the optimizer). No-op under FP32. */
-LOOM_API loom_status loom_module_refresh_lowp(loom_module *m);
 /* The low-precision copy of an f32 master parameter under a mixed policy
  * (borrowed), or NULL when it has none (FP32 policy, or a kept-f32 layer). */
 LOOM_API loom_tensor *loom_amp_lowp_copy(const loom_tensor *master);
@@ -102,15 +95,6 @@ LOOM_API void loom_scaler_free(loom_grad_scaler *s);
 
 /* loss * scale, as an op (autograd carries it back). */
 LOOM_API loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss);
-/* Optional, before step: unscale the gradients of o's parameters now (e.g. to
- * clip them) and report whether any is non-finite. step() then does not
- * unscale again. */
-LOOM_API loom_status loom_scaler_unscale(loom_grad_scaler *s, loom_optimizer *o, bool *found_inf);
-/* Unscale + finite check (unless unscale() ran this step), then either the
- * optimizer step or a skipped step, then the scale update. *skipped (may be
- * NULL) says which. A skipped step is not an error. */
-LOOM_API loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipped);
-
 LOOM_API double loom_scaler_get_scale(const loom_grad_scaler *s);
 LOOM_API int64_t loom_scaler_steps(const loom_grad_scaler *s);          /* step() calls */
 LOOM_API int64_t loom_scaler_steps_skipped(const loom_grad_scaler *s);

@@ -22,6 +22,7 @@
 
 #include "tensor.h"
 #include "ops.h"
+#include "amp.h"
 
 LOOM_EXTERN_C_BEGIN
 
@@ -213,6 +214,19 @@ LOOM_API const char *loom_module_buffer_name(const loom_module *m, int i, char *
 LOOM_API loom_status loom_module_train(loom_module *m, bool training);
 LOOM_API bool loom_module_is_training(const loom_module *m);
 LOOM_API void loom_module_free(loom_module *m);
+
+/* ---- precision policy (mixed precision, amp.h) ------------------------------- */
+
+/* Apply a policy to m and everything under it. keep_last_fp32: the last
+ * Linear (depth first; a ResNet's fc) runs in f32 with its f32 parameters, its input cast up
+ * — the usual choice for the classifier layer. Setting FP32 drops the
+ * low-precision copies. May be called again (e.g. to switch policy); do it
+ * between steps, after the optimizer has stepped. */
+LOOM_API loom_status loom_module_set_precision(loom_module *m, loom_precision p, bool keep_last_fp32);
+LOOM_API loom_precision loom_module_get_precision(const loom_module *m);
+/* Re-cast every master of m into its low-precision copy (after changing the
+ * masters outside the optimizer). No-op under FP32. */
+LOOM_API loom_status loom_module_refresh_lowp(loom_module *m);
 
 LOOM_EXTERN_C_END
 #endif

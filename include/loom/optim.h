@@ -21,6 +21,7 @@
 #define LOOM_OPTIM_H
 
 #include "tensor.h"
+#include "amp.h"
 
 LOOM_EXTERN_C_BEGIN
 
@@ -142,6 +143,17 @@ LOOM_API double loom_lr_at(const loom_lr_schedule *s, int64_t step);
  * itself ran (replays run without it). Errors: s->size is not
  * sizeof(loom_lr_schedule), step < 0. */
 LOOM_API loom_status loom_optimizer_set_schedule(loom_optimizer *o, const loom_lr_schedule *s, int64_t step);
+
+/* ---- loss-scaled steps (the dynamic loss scaler of amp.h) ------------------ */
+
+/* Optional, before step: unscale the gradients of o's parameters now (e.g. to
+ * clip them) and report whether any is non-finite. step() then does not
+ * unscale again. */
+LOOM_API loom_status loom_scaler_unscale(loom_grad_scaler *s, loom_optimizer *o, bool *found_inf);
+/* Unscale + finite check (unless unscale() ran this step), then either the
+ * optimizer step or a skipped step, then the scale update. *skipped (may be
+ * NULL) says which. A skipped step is not an error. */
+LOOM_API loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipped);
 
 LOOM_EXTERN_C_END
 #endif

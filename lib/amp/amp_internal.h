@@ -1,7 +1,9 @@
-/* amp_internal.h (internal) — what lib/amp shares with nn/, optim/ and its
- * own kernels: the per-module policy record, the master -> low-precision copy
- * link, the one-pass unscale over all gradients, and the hook that lets the
- * fused optimizer step refresh the copies. */
+/* amp_internal.h (internal) — what lib/amp offers the layers above it, all
+ * on parameter lists (amp knows neither modules nor optimizers): the master
+ * -> low-precision copy link and its upkeep (lib/nn's precision policy), the
+ * one-pass unscale over all gradients (lib/optim's step), the loss scaler's
+ * side of a scaled step (lib/optim/scaled_step.c), and the found-inf hook
+ * of data parallelism (lib/dist). */
 #ifndef LOOM_AMP_INTERNAL_H
 #define LOOM_AMP_INTERNAL_H
 
@@ -9,24 +11,22 @@
 #include <stdint.h>
 #include "loom/amp.h"
 #include "amp/unscale_kernels.h"
-#include "optim/optim_kernels.h"
 #include "tensor/tensor_internal.h"
 
-/* Stored in loom_module.policy (plain malloc memory; module.c frees it). */
-typedef struct loom_amp_policy {
-  loom_precision precision;
-  bool keep_last_fp32;   /* as requested on the module it was set on */
-  bool fp32_layer;       /* this Linear is the kept-f32 last layer */
-} loom_amp_policy;
-
-/* The Linear forward under a policy (called by lib/nn/linear.c). */
-struct loom_module;
-loom_tensor *loom_amp_linear_forward(struct loom_module *m, loom_tensor *x);
-/* The same for Conv2d (lib/nn/conv2d.c). */
-loom_tensor *loom_amp_conv2d_forward(struct loom_module *m, loom_tensor *x);
+/* ---- master -> low-precision copy ------------------------------------------------ */
 
 /* The copy linked to master (borrowed) or NULL. */
 loom_tensor *loom_amp_copy_of(const loom_tensor *master);
+/* Give every master of params a copy of dtype dt (reusing one of that
+ * dtype), up to date with the master. Stops at the first failure (errors
+ * name set_precision, the entry that makes copies). */
+loom_status loom_amp_make_copies(loom_tensor *const *params, int n, loom_dtype dt);
+/* Drop the copies of params (the masters that have one). */
+void loom_amp_drop_copies(loom_tensor *const *params, int n);
+/* Re-cast every master of params that has a copy into it (no autograd). */
+loom_status loom_amp_refresh_copies(loom_tensor *const *params, int n);
+
+/* ---- unscale ---------------------------------------------------------------------- */
 
 /* One pass over the gradients of params (f32 masters): for a master with a
  * low-precision copy that has a gradient, master.grad (=|+=) copy.grad *
@@ -48,11 +48,38 @@ loom_status loom_amp_unscale_grads_device(loom_tensor *const *params, int n, con
 #endif
 /* Drop the gradients of the copies of params (optimizer zero_grad). */
 void loom_amp_zero_copy_grads(loom_tensor *const *params, int n);
-/* After loom_optimizer_fill_group: point g->lowp at the copies of the
- * parameters in g (same order), so the fused step refreshes them. lowp has
- * room for n entries. Leaves g->lowp NULL when no parameter has a copy. */
-struct loom_optimizer;
-loom_status loom_amp_fill_lowp(struct loom_optimizer *o, loom_param_group *g, uint16_t **lowp);
+
+/* ---- the loss scaler's side of a scaled step ------------------------------------- */
+
+/* params (n, on dev) are the parameters of one stepping party (an
+ * optimizer: owner identifies it, so that an unscale and the step that
+ * follows must be for the same one). */
+
+/* loom_scaler_unscale for a parameter list: unscale + finite check now
+ * (once per step), *found_inf (may be NULL) the verdict. */
+loom_status loom_amp_scaler_unscale(loom_grad_scaler *s, loom_tensor *const *params, int n, loom_device dev,
+                                    const void *owner, bool *found_inf);
+
+/* How the step between loom_amp_scaler_step_begin and _end goes. */
+typedef enum loom_amp_step_kind {
+  LOOM_AMP_STEP_PLAIN,   /* scaler disabled: an ordinary step, and no _end call */
+  LOOM_AMP_STEP_HOST,    /* the verdict is on the host: step unless found_inf (then skip) */
+  LOOM_AMP_STEP_DEVICE,  /* the verdict is the device word skip_dev: a step it vetoes */
+} loom_amp_step_kind;
+typedef struct loom_amp_step {
+  loom_amp_step_kind kind;
+  bool found_inf;           /* HOST */
+  const int32_t *skip_dev;  /* DEVICE */
+} loom_amp_step;
+
+/* Before the step: unscale + finite check unless loom_amp_scaler_unscale
+ * ran for owner this step, and say how the step goes (*out). */
+loom_status loom_amp_scaler_step_begin(loom_grad_scaler *s, loom_tensor *const *params, int n, loom_device dev,
+                                       const void *owner, loom_amp_step *out);
+/* After the step was taken (or, HOST with found_inf, skipped): the scale
+ * update, and *skipped (may be NULL; on a GPU asking for it waits). Not
+ * called when the step failed. */
+loom_status loom_amp_scaler_step_end(loom_grad_scaler *s, const loom_amp_step *step, bool *skipped);
 
 /* Data parallelism (lib/dist): a callback the scaler calls right after each
  * unscale + finite check, to agree the found-inf flag across ranks (every

@@ -2,7 +2,9 @@
  * gradients in one pass, skip the optimizer step on inf/NaN, and move the
  * scale (×growth after growth_interval good steps, ×backoff on overflow,
  * within [min_scale, max_scale]). The state machine is PyTorch GradScaler's,
- * with explicit bounds and counters.
+ * with explicit bounds and counters. The scaler works on parameter lists;
+ * lib/optim/scaled_step.c runs a step of an optimizer between
+ * loom_amp_scaler_step_begin and _end.
  *
  * On a GPU the state lives on the device (loom_amp_scaler_dev, scaler.cu),
  * so a training step never waits for the GPU: the loss is multiplied by the
@@ -19,7 +21,6 @@
 
 #include "amp/amp_internal.h"
 #include "loom/ops.h"
-#include "optim/optim_internal.h"
 #include "prof/prof.h"
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
@@ -39,7 +40,7 @@ struct loom_grad_scaler {
   /* unscale() ran since the last step(): its verdict, for step(). */
   bool unscaled;
   bool found_inf;
-  const loom_optimizer *unscaled_for;
+  const void *unscaled_for;  /* the owner of the parameters unscaled */
   /* lib/dist: agrees found_inf across ranks (NULL: one process). */
   loom_amp_found_inf_reduce reduce_found_inf;
   void *reduce_user;
@@ -227,50 +228,51 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
   return loom_mul_scalar(loss, s->scale);
 }
 
-static loom_status unscale_run(loom_grad_scaler *s, loom_optimizer *o) {
+static loom_status unscale_run(loom_grad_scaler *s, loom_tensor *const *params, int n, loom_device dev,
+                               const void *owner) {
 #ifdef LOOM_HAVE_CUDA
-  if (o->device.kind == LOOM_CUDA && loom_device_is_real_cuda(o->device)) {
+  if (dev.kind == LOOM_CUDA && loom_device_is_real_cuda(dev)) {
     /* Scale and verdict stay on the device (found_inf is not known here). */
-    LOOM_TRY(on_device(s, o->device));
-    LOOM_TRY(loom_amp_unscale_grads_device(o->params, o->n, &s->d->inv_scale, &s->d->found_inf, &s->unscale_table));
-    if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, NULL, &s->d->found_inf, o->device));
+    LOOM_TRY(on_device(s, dev));
+    LOOM_TRY(loom_amp_unscale_grads_device(params, n, &s->d->inv_scale, &s->d->found_inf, &s->unscale_table));
+    if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, NULL, &s->d->found_inf, dev));
     s->unscaled = true;
     s->found_inf = false;
-    s->unscaled_for = o;
+    s->unscaled_for = owner;
     return LOOM_OK;
   }
 #endif
   bool inf = false;
-  LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, (float)(1.0 / s->scale), true, &inf, NULL));
-  if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, &inf, NULL, o->device));
+  LOOM_TRY(loom_amp_unscale_grads(params, n, (float)(1.0 / s->scale), true, &inf, NULL));
+  if (s->reduce_found_inf) LOOM_TRY(s->reduce_found_inf(s->reduce_user, &inf, NULL, dev));
   s->unscaled = true;
   s->found_inf = inf;
-  s->unscaled_for = o;
+  s->unscaled_for = owner;
   return LOOM_OK;
 }
 
-/* In a profiler / NVTX range (device-timed on the optimizer's device). */
-static loom_status unscale(loom_grad_scaler *s, loom_optimizer *o) {
+/* In a profiler / NVTX range (device-timed on the parameters' device). */
+static loom_status unscale(loom_grad_scaler *s, loom_tensor *const *params, int n, loom_device dev, const void *owner) {
   loom_prof_range pr = LOOM_PROF_RANGE_INIT;
-  if (LOOM_PROF_ACTIVE()) loom_prof_begin_device(&pr, LOOM_PROF_CAT_AMP, "unscale + inf check", o->device);
-  loom_status st = unscale_run(s, o);
+  if (LOOM_PROF_ACTIVE()) loom_prof_begin_device(&pr, LOOM_PROF_CAT_AMP, "unscale + inf check", dev);
+  loom_status st = unscale_run(s, params, n, dev, owner);
   loom_prof_end(&pr, 0.0, 0);
   return st;
 }
 
-loom_status loom_scaler_unscale(loom_grad_scaler *s, loom_optimizer *o, bool *found_inf) {
-  if (!s || !o) return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_unscale: scaler and optimizer must not be NULL");
+loom_status loom_amp_scaler_unscale(loom_grad_scaler *s, loom_tensor *const *params, int n, loom_device dev,
+                                    const void *owner, bool *found_inf) {
   if (s->unscaled)
     return loom_set_error(LOOM_ERR_STATE, "scaler_unscale: already called since the last scaler_step; call it once per step");
-  if (s->opt.enabled) LOOM_TRY(unscale(s, o));
+  if (s->opt.enabled) LOOM_TRY(unscale(s, params, n, dev, owner));
   else {
-    LOOM_TRY(loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL, NULL));
+    LOOM_TRY(loom_amp_unscale_grads(params, n, 1.0f, false, NULL, NULL));
     s->unscaled = true;
     s->found_inf = false;
-    s->unscaled_for = o;
+    s->unscaled_for = owner;
   }
 #ifdef LOOM_HAVE_CUDA
-  if (found_inf && s->opt.enabled && s->d && o->device.kind == LOOM_CUDA) {
+  if (found_inf && s->opt.enabled && s->d && dev.kind == LOOM_CUDA) {
     /* Asked for the verdict now: read it back (the host waits). */
     loom_amp_scaler_dev h;
     LOOM_TRY(pull_state(s, &h));
@@ -295,29 +297,42 @@ static void update_scale(loom_grad_scaler *s, bool inf) {
   s->steps++;
 }
 
-loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipped) {
-  if (skipped) *skipped = false;
-  if (!s || !o) return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_step: scaler and optimizer must not be NULL");
-  if (s->unscaled && s->unscaled_for != o) {
+loom_status loom_amp_scaler_step_begin(loom_grad_scaler *s, loom_tensor *const *params, int n, loom_device dev,
+                                       const void *owner, loom_amp_step *out) {
+  if (s->unscaled && s->unscaled_for != owner) {
     s->unscaled = false;
     return loom_set_error(LOOM_ERR_STATE, "scaler_step: scaler_unscale ran for another optimizer; unscale and step the same one");
   }
   if (!s->opt.enabled) {
     s->unscaled = false;
     s->steps++;
-    return loom_optimizer_step(o);  /* gathers the copies' gradients itself */
+    *out = (loom_amp_step){LOOM_AMP_STEP_PLAIN, false, NULL};  /* the step gathers the copies' gradients itself */
+    return LOOM_OK;
   }
   if (!s->unscaled) {
-    loom_status st = unscale(s, o);
+    loom_status st = unscale(s, params, n, dev, owner);
     if (st != LOOM_OK) return st;
   }
 #ifdef LOOM_HAVE_CUDA
-  if (s->d && o->device.kind == LOOM_CUDA && loom_device_is_real_cuda(o->device)) {
+  if (s->d && dev.kind == LOOM_CUDA && loom_device_is_real_cuda(dev)) {
     /* The optimizer kernels read found_inf and skip themselves; then the
-     * scale moves on the device. Nothing waits unless *skipped is wanted. */
+     * scale moves on the device (_end). */
     s->unscaled = false;
-    loom_status st = loom_optimizer_step_guarded(o, &s->d->found_inf);
-    if (st != LOOM_OK) return st;
+    *out = (loom_amp_step){LOOM_AMP_STEP_DEVICE, false, &s->d->found_inf};
+    return LOOM_OK;
+  }
+#endif
+  /* The masters' gradients are unscaled f32 now: a plain fused step (which
+   * also refreshes the low-precision copies) unless one is not finite. */
+  *out = (loom_amp_step){LOOM_AMP_STEP_HOST, s->found_inf, NULL};
+  s->unscaled = false;
+  return LOOM_OK;
+}
+
+loom_status loom_amp_scaler_step_end(loom_grad_scaler *s, const loom_amp_step *step, bool *skipped) {
+#ifdef LOOM_HAVE_CUDA
+  if (step->kind == LOOM_AMP_STEP_DEVICE) {
+    /* Nothing waits unless *skipped is wanted. */
     loom_amp_scaler_rule r = {s->opt.growth_factor, s->opt.backoff_factor, s->opt.min_scale, s->opt.max_scale,
                               s->opt.growth_interval};
     LOOM_TRY(loom_cuda_amp_scaler_update(s->dev, s->d, r));
@@ -330,18 +345,9 @@ loom_status loom_scaler_step(loom_grad_scaler *s, loom_optimizer *o, bool *skipp
     return LOOM_OK;
   }
 #endif
-  bool inf = s->found_inf;
-  s->unscaled = false;
-  if (!inf) {
-    /* The masters' gradients are unscaled f32 now: a plain fused step, which
-     * also refreshes the low-precision copies. */
-    loom_status st = loom_optimizer_step(o);
-    if (st != LOOM_OK) return st;
-  } else {
-    loom_optimizer_schedule_skip(o);  /* an attached schedule counts skipped steps too */
-  }
-  update_scale(s, inf);
-  if (skipped) *skipped = inf;
+  if (step->kind != LOOM_AMP_STEP_HOST) return LOOM_OK;
+  update_scale(s, step->found_inf);
+  if (skipped) *skipped = step->found_inf;
   return LOOM_OK;
 }
 

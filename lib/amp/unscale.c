@@ -1,6 +1,6 @@
 /* unscale.c — turning the scaled, low-precision gradients of the copies into
- * the f32 gradients of the master weights, in one pass over all of them, and
- * pointing the fused optimizer step at the copies so it refreshes them.
+ * the f32 gradients of the master weights, in one pass over all of them (a
+ * parameter list: whose parameters they are is the caller's business).
  * The per-element work is in unscale_cpu.c / unscale.cu; this file builds
  * the work list and dispatches by device. */
 #include <stdlib.h>
@@ -8,7 +8,6 @@
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
 #include "ops/op.h"
-#include "optim/optim_internal.h"
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
 #endif
@@ -111,32 +110,4 @@ void loom_amp_zero_copy_grads(loom_tensor *const *params, int n) {
     loom_tensor *c = loom_amp_copy_of(params[i]);
     if (c) loom_zero_grad(c);
   }
-}
-
-loom_status loom_amp_fill_lowp(struct loom_optimizer *o, loom_param_group *g, uint16_t **lowp) {
-  /* Same walk as loom_optimizer_fill_group: parameters that have a gradient. */
-  int k = 0, any = 0;
-  loom_dtype dt = LOOM_F16;
-  for (int i = 0; i < o->n; i++) {
-    loom_tensor *p = o->params[i];
-    if (!p->grad) continue;
-    loom_tensor *c = loom_amp_copy_of(p);
-    lowp[k] = NULL;
-    if (c) {
-      if (any && c->dtype != dt)
-        return loom_set_error(LOOM_ERR_UNSUPPORTED,
-                              "optimizer: parameters have both f16 and bf16 copies; give each precision policy its "
-                              "own optimizer");
-      if (!loom_tensor_is_contiguous(c) || c->storage->device.kind != p->storage->device.kind)
-        return loom_set_error(LOOM_ERR_INTERNAL, "optimizer: low-precision copy of parameter %d is not dense", i);
-      dt = c->dtype;
-      any = 1;
-      lowp[k] = loom_tensor_ptr(c);
-    }
-    k++;
-  }
-  if (k != g->n) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer: parameter group changed while filling copies");
-  g->lowp = any ? lowp : NULL;
-  g->lowp_dtype = dt;
-  return LOOM_OK;
 }

@@ -84,14 +84,9 @@ void loom_dist_apply_threads(loom_comm *c);
 /* ---- back ends ------------------------------------------------------------ */
 loom_status loom_single_comm_init(loom_device dev, double timeout_s, loom_comm **out);
 
-/* MPI (mpi_comm.c; without LOOM_HAVE_MPI they return LOOM_ERR_UNSUPPORTED). */
+/* MPI (mpi_comm.c; without LOOM_HAVE_MPI it returns LOOM_ERR_UNSUPPORTED).
+ * The process-wide MPI runtime it stands on is dist/mpi_runtime.h. */
 loom_status loom_mpi_comm_init(loom_device dev, double timeout_s, loom_comm **out);
-/* MPI_COMM_WORLD facts for the NCCL rendezvous (initializes MPI). */
-loom_status loom_mpi_world(int *rank, int *size, int *local_rank, int *local_size);
-/* Blocking (bounded by timeout_s) byte broadcast / all-gather over
- * MPI_COMM_WORLD, on the calling thread. */
-loom_status loom_mpi_bcast_bytes(void *buf, size_t n, int root, double timeout_s);
-loom_status loom_mpi_allgather_bytes(const void *in, void *out, size_t n, double timeout_s);
 
 /* NCCL (nccl_comm.c; without LOOM_HAVE_NCCL they return LOOM_ERR_UNSUPPORTED). */
 typedef struct loom_nccl_rendezvous {

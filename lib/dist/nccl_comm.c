@@ -18,6 +18,7 @@
  * NOTE: no GPU has run this file yet (the development machines have none);
  * it compiles and links against NCCL 2.28. */
 #include "dist/dist_internal.h"
+#include "dist/mpi_runtime.h"  /* the NCCL id rendezvous over MPI */
 
 #ifndef LOOM_HAVE_NCCL
 

@@ -482,7 +482,7 @@ static loom_status apply_all(loom_safetensors *f, loom_train_state *s, const pla
     loom_optim_hparams_apply(s->optimizer, lookup_prefixed, &lc);
     for (int i = 0; i < loom_optim_num_params(s->optimizer); i++)
       loom_optim_set_param_steps(s->optimizer, i, p->param_steps[i]);
-    loom_optim_counts_restored(s->optimizer);
+    LOOM_TRY(loom_optim_counts_restored(s->optimizer));
   }
   if (s->scaler) LOOM_TRY(loom_scaler_state_restore(s->scaler, &p->scaler));
   if (s->loader) LOOM_TRY(loom_loader_seek(s->loader, p->epoch, p->batch));

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/amp_internal.h"
 #include "nn/module_internal.h"
+#include "nn/precision_policy.h"
 
 static loom_tensor *conv2d_forward(loom_module *m, loom_tensor *x) {
-  /* Under a mixed-precision policy lib/amp picks the weights and casts. */
-  if (m->policy) return loom_amp_conv2d_forward(m, x);
+  /* Under a mixed-precision policy the policy picks the weights and casts. */
+  if (m->policy) return loom_module_policy_conv2d_forward(m, x);
   loom_conv2d_options o = ((loom_conv2d_impl *)m->impl)->opt;
   o.act = m->act;
   return loom_conv2d(x, m->params[0], m->n_params > 1 ? m->params[1] : NULL, &o);

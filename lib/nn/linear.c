@@ -2,12 +2,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "amp/amp_internal.h"
 #include "nn/module_internal.h"
+#include "nn/precision_policy.h"
 
 static loom_tensor *linear_forward(loom_module *m, loom_tensor *x) {
-  /* Under a mixed-precision policy lib/amp picks the weights and casts. */
-  if (m->policy) return loom_amp_linear_forward(m, x);
+  /* Under a mixed-precision policy the policy picks the weights and casts. */
+  if (m->policy) return loom_module_policy_linear_forward(m, x);
   return loom_linear(x, m->params[0], m->n_params > 1 ? m->params[1] : NULL, m->act);
 }
 

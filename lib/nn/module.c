@@ -265,6 +265,6 @@ void loom_module_free(loom_module *m) {
   free(m->buffer_names);
   free(m->children);
   free(m->child_names);
-  free(m->policy);  /* lib/amp's policy record is plain malloc memory */
+  free(m->policy);  /* the precision policy record is plain malloc memory */
   free(m);
 }

@@ -52,7 +52,7 @@ struct loom_module {
    * children (loom_sequential_set_checkpoint_every; 0 off). */
   bool checkpoint;
   int checkpoint_every;
-  /* Precision policy hook (lib/amp): NULL = fp32. */
+  /* Precision policy (precision_policy.h): NULL = fp32. */
   void *policy;
 };
 

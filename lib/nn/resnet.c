@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/amp_internal.h"
 #include "loom/autograd.h"
 #include "nn/module_internal.h"
+#include "nn/precision_policy.h"
 #include "nn/resnet_internal.h"
 
 typedef struct resnet_impl {
@@ -78,7 +78,7 @@ static loom_tensor *prepare_input(loom_module *m, loom_tensor *x) {
                    loom_shape_str(x->ndim, x->shape, b, sizeof b));
     return NULL;
   }
-  const loom_amp_policy *pol = m->policy;
+  const loom_module_policy *pol = m->policy;
   loom_dtype cdt = pol ? loom_precision_compute_dtype(pol->precision) : LOOM_F32;
   bool nhwc = r->format == LOOM_FORMAT_NHWC;
   bool in_format = nhwc ? loom_tensor_is_channels_last(x) : loom_tensor_is_contiguous(x);

@@ -35,14 +35,14 @@ typedef struct loom_adamw_hparams {
 loom_status loom_cpu_sgd_step(const loom_param_group *g, const loom_sgd_hparams *h);
 loom_status loom_cpu_adamw_step(const loom_param_group *g, const loom_adamw_hparams *h);
 #if defined(LOOM_HAVE_CUDA)
-/* Implemented in lib/ops/cuda/optim_cuda.c: one update launch for the whole
+/* Implemented in lib/optim/cuda/optim_cuda.c: one update launch for the whole
  * group (plus a tiny count commit), on the device's current stream, reading
  * a parameter table kept in device memory. The step's changing state lives
  * on the device (loom_opt_cuda): per-parameter update counts replace
  * h->first_step and h->bias_correction*, and a device skip flag (the loss
  * scaler's found-inf) can veto the whole update without the host knowing. */
 typedef struct loom_opt_cuda loom_opt_cuda;
-#define LOOM_OPT_CUDA_MAX_GROUPS 8  /* = LOOM_CU_OPT_MAX_GROUPS (cuda_launch.h) */
+#define LOOM_OPT_CUDA_MAX_GROUPS 8  /* = LOOM_CU_OPT_MAX_GROUPS (cuda/optim_launch.h) */
 typedef struct loom_opt_cuda_args {
   loom_opt_cuda **state;        /* the optimizer's; created at its first CUDA step */
   int n_params;                 /* parameters of the optimizer */

@@ -42,7 +42,9 @@ typedef const char *(*loom_optim_lookup)(void *ctx, const char *key);
 loom_status loom_optim_hparams_check(const loom_optimizer *o, loom_optim_lookup lookup, void *ctx);
 void loom_optim_hparams_apply(loom_optimizer *o, loom_optim_lookup lookup, void *ctx);
 void loom_optim_set_param_steps(loom_optimizer *o, int i, int64_t steps);
-/* After every count was set: forget device copies of the old counts. */
-void loom_optim_counts_restored(loom_optimizer *o);
+/* After the hyper-parameters were applied and every count was set: forget
+ * device copies of the old counts, and let the implementation follow the
+ * restored values. */
+loom_status loom_optim_counts_restored(loom_optimizer *o);
 
 #endif

@@ -10,7 +10,6 @@
 
 #include <stdint.h>
 #include <cuda_runtime_api.h>
-#include "optim/lr_eval.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,62 +85,6 @@ cudaError_t loom_cu_rng_fill(int normal, uint64_t seed, uint64_t offset, void *o
 /* n host bytes to device memory through kernel arguments (write_bytes.cu):
  * the capture-safe form of a small upload. */
 cudaError_t loom_cu_write_bytes(void *dst, const void *src, size_t n, cudaStream_t s);
-
-/* Fused multi-tensor optimizer updates: one launch for every tensor listed
- * in the device array `tensors` (n entries; the table stays in device
- * memory between steps and is re-uploaded only when it changes). */
-typedef struct loom_cu_opt_tensor {
-  float *param;
-  const float *grad;
-  float *buf1;
-  float *buf2;
-  uint16_t *lowp;
-  int64_t numel;
-  int64_t first_chunk;  /* index of this tensor's first chunk in the grid */
-  int64_t pidx;         /* the parameter's index in the optimizer (its update count) */
-  int64_t group;        /* its parameter group: lr and weight decay from h.group_lr/group_wd */
-} loom_cu_opt_tensor;
-
-/* Device-resident step state, so that no step needs the host to know
- * whether the previous one was taken (the loss scaler decides on the GPU):
- * per-parameter update counts (first SGD step, AdamW bias corrections),
- * AdamW's bias corrections 1 - beta^t tabulated by the host with the CPU's
- * exact expression for t = 1..bc_len (beyond: computed on the device), and
- * an optional skip flag: when *skip != 0 the update and the count commit
- * do nothing (parameters, copies, moments and counts stay bit-identical). */
-typedef struct loom_cu_opt_dev {
-  int64_t *counts;      /* [n_params + 1]: per parameter, then the optimizer's step count */
-  int64_t n_params;
-  const float *bc1, *bc2;
-  int64_t bc_len;
-  double beta1, beta2;
-  const int32_t *skip;  /* NULL: never skip */
-  /* An attached LR schedule: every group's lr is sched's value at
-   * counts[n_params + 1], which the commit advances every step (skipped or
-   * not, like a host-side scheduler). has_sched 0: h.group_lr. */
-  int has_sched;
-  loom_lr_params sched;
-} loom_cu_opt_dev;
-
-#define LOOM_CU_OPT_MAX_GROUPS 8
-typedef struct loom_cu_opt_hparams {
-  int kind;             /* 0: SGD, 1: AdamW */
-  int lowp_bf16;        /* lowp copies are bf16 (else f16) */
-  float lr, momentum, dampening, weight_decay;
-  int nesterov, first_step;
-  float beta1, beta2, eps, bias_correction1, bias_correction2;
-  /* Per parameter group (the table's entries name theirs); lr and
-   * weight_decay above are unused by the kernel. By value: a schedule's new
-   * lr every step changes no device memory. */
-  float group_lr[LOOM_CU_OPT_MAX_GROUPS], group_wd[LOOM_CU_OPT_MAX_GROUPS];
-} loom_cu_opt_hparams;
-
-#define LOOM_CU_OPT_CHUNK 4096  /* elements per block */
-/* The update, then (stream-ordered) the count commit: counts[pidx] += 1 for
- * every listed tensor and counts[n_params] += 1, unless *skip; and
- * counts[n_params + 1] += 1 with a schedule, always. */
-cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
-                               loom_cu_opt_hparams h, loom_cu_opt_dev d, cudaStream_t s);
 
 /* ---- CNN ops (batch_norm.cu, pool.cu, dropout.cu, add_relu.cu) ------------
  * Tensors are dense in one of two layouts: NCHW (contiguous) or NHWC

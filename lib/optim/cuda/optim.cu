@@ -15,15 +15,16 @@
  * launches take only fixed addresses (capture-friendly). */
 #include <math.h>
 #include "ops/cuda/cuda_dtype.cuh"
+#include "optim/cuda/optim_launch.h"
 
 /* 1 - beta^t for t >= 1: the host's table (the CPU's own expression) or,
  * past it, the same expression in device double arithmetic. */
-__device__ __forceinline__ float bias_correction(const float *tab, int64_t len, double beta, int64_t t) {
+static __device__ __forceinline__ float bias_correction(const float *tab, int64_t len, double beta, int64_t t) {
   if (t <= len) return tab[t - 1];
   return (float)(1.0 - pow(beta, (double)t));
 }
 
-__global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams h, loom_cu_opt_dev d) {
+static __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams h, loom_cu_opt_dev d) {
   if (d.skip && *d.skip) return;
   const int64_t chunk = blockIdx.x;
   int lo = 0, hi = n - 1;
@@ -78,7 +79,7 @@ __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams
 
 /* After the update (same stream): one more update for every listed
  * parameter and for the optimizer, unless the step was skipped. */
-__global__ void k_optim_commit(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_dev d) {
+static __global__ void k_optim_commit(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_dev d) {
   if (d.has_sched && blockIdx.x == 0 && threadIdx.x == 0) d.counts[d.n_params + 1] += 1;
   if (d.skip && *d.skip) return;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) d.counts[ts[i].pidx] += 1;

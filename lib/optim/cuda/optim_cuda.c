@@ -21,6 +21,7 @@
 #include "loom/graph.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/dev_table.h"
+#include "optim/cuda/optim_launch.h"
 #include "optim/optim_kernels.h"
 
 #define BC_TABLE_MAX ((int64_t)1 << 20)
@@ -85,7 +86,7 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
     hb = malloc((size_t)(2 * len) * sizeof *hb);
     if (!hb) st = loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
     for (int64_t t = 1; st == LOOM_OK && t <= len; t++) {
-      /* Exactly optimizer.c's loom_optimizer_step_group expression. */
+      /* Exactly adamw.c's CPU update expression (adamw_cpu). */
       hb[t - 1] = (float)(1.0 - pow(a->beta1, (double)t));
       hb[len + t - 1] = (float)(1.0 - pow(a->beta2, (double)t));
     }
