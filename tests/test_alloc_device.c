@@ -13,7 +13,7 @@
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
 #include "loom/alloc.h"
-#include "loom/tensor.h"
+#include "loom/ops.h"
 
 #define MiB ((size_t)1 << 20)
 

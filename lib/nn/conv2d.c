@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "amp/amp_internal.h"
+#include "loom/autograd.h"
 #include "nn/module_internal.h"
 
 static loom_tensor *conv2d_forward(loom_module *m, loom_tensor *x) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "amp/amp_internal.h"
+#include "loom/autograd.h"
 #include "nn/module_internal.h"
 
 static loom_tensor *linear_forward(loom_module *m, loom_tensor *x) {
