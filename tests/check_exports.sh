@@ -7,11 +7,9 @@
 #    (nm -g), which a user's program links beside its own, so an unprefixed
 #    internal name there would clash with the user's.
 # Allowed besides loom_*: what the compiler adds in sanitizer builds
-# (AddressSanitizer's __odr_asan.<global> ODR indicators), and
-# until issue 21 part 3 makes them static, the optimizer kernels of
-# lib/ops/cuda/optim.cu (k_optim, k_optim_commit and their device stubs).
+# (AddressSanitizer's __odr_asan.<global> ODR indicators).
 set -e
-allowed='^loom_|^__odr_asan[.]|^_Z[0-9]+(__device_stub__Z[0-9]+)?k_optim'
+allowed='^loom_|^__odr_asan[.]'
 status=0
 for lib in "$@"; do
   case "$lib" in

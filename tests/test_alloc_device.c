@@ -15,7 +15,7 @@
 #include "device/device_internal.h"
 #include "loom/alloc.h"
 #include "loom/graph.h"
-#include "loom/tensor.h"
+#include "loom/ops.h"
 #include "support/fake_gpus.h"
 
 #define MiB ((size_t)1 << 20)

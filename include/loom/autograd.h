@@ -23,12 +23,10 @@ LOOM_API loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out)
 /* Drop t's accumulated gradient (the next backward allocates a fresh one). */
 LOOM_API loom_status loom_zero_grad(loom_tensor *t);
 
-/* Grad mode for this thread. Returns the previous mode. */
-LOOM_API bool loom_set_grad_enabled(bool enabled);
-LOOM_API bool loom_is_grad_enabled(void);
-/* Convenience: no_grad_begin returns the previous mode for no_grad_end. */
-static inline bool loom_no_grad_begin(void) { return loom_set_grad_enabled(false); }
-static inline void loom_no_grad_end(bool prev) { loom_set_grad_enabled(prev); }
+/* Make t a leaf that requires grad (float tensors only), or stop it being
+ * one (leaves only: cut a result off with loom_detach). Grad mode
+ * (loom_set_grad_enabled, loom_no_grad_begin) is in tensor.h. */
+LOOM_API loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad);
 
 /* Called once per backward when the gradient of leaf t is complete. */
 typedef void (*loom_grad_hook)(loom_tensor *t, loom_tensor *grad, void *user);

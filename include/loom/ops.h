@@ -1,6 +1,8 @@
-/* ops.h — tensor operations. Each goes through the op table (lib/ops), runs
- * on the device of its inputs, and is recorded for autograd when an input
- * requires grad (and grad mode is on).
+/* ops.h — tensor operations: creation that fills memory, views, copies and
+ * casts, arithmetic, reductions, linear algebra, CNN ops and losses. Compute
+ * ops go through the op table (lib/ops), run on the device of their inputs,
+ * and are recorded for autograd when an input requires grad (and grad mode
+ * is on); so are views, whose results share their input's storage.
  *
  * All inputs must be on the same device; binary ops broadcast NumPy-style
  * and need equal dtypes. Results follow the ownership rule of tensor.h.
@@ -11,6 +13,50 @@
 #include "tensor.h"
 
 LOOM_EXTERN_C_BEGIN
+
+/* ---- creation ----------------------------------------------------------- */
+LOOM_API loom_tensor *loom_zeros(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);
+LOOM_API loom_tensor *loom_ones(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);
+LOOM_API loom_tensor *loom_full(int ndim, const int64_t *shape, double value, loom_dtype dt, loom_device dev);
+/* Copy host data (laid out row-major, of dtype dt) into a new tensor. */
+LOOM_API loom_tensor *loom_from_host(const void *data, int ndim, const int64_t *shape,
+                                     loom_dtype dt, loom_device dev);
+/* [start, start+step, ...) up to end (exclusive). */
+LOOM_API loom_tensor *loom_arange(double start, double end, double step, loom_dtype dt, loom_device dev);
+/* U(0,1) / N(0,1) from the global generator (see rng.h). Float dtypes. */
+LOOM_API loom_tensor *loom_rand(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);
+LOOM_API loom_tensor *loom_randn(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);
+/* Same-shaped companion (loom_empty_like: tensor.h). */
+LOOM_API loom_tensor *loom_zeros_like(const loom_tensor *t);
+
+/* ---- views (share storage) ---------------------------------------------- */
+/* One dim of new_shape may be -1. Needs a viewable layout (else use reshape). */
+LOOM_API loom_tensor *loom_view(loom_tensor *t, int ndim, const int64_t *shape);
+/* View when possible, else a contiguous copy. */
+LOOM_API loom_tensor *loom_reshape(loom_tensor *t, int ndim, const int64_t *shape);
+LOOM_API loom_tensor *loom_transpose(loom_tensor *t, int dim0, int dim1);
+LOOM_API loom_tensor *loom_permute(loom_tensor *t, const int *dims);
+/* Elements start, start+step, ... < end along dim (step >= 1). */
+LOOM_API loom_tensor *loom_slice(loom_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+/* Broadcast view of t to shape (NumPy rules; no copy: broadcast dims get
+ * stride 0, so write to the result only through ops, not in place). */
+LOOM_API loom_tensor *loom_expand(loom_tensor *t, int ndim, const int64_t *shape);
+/* t itself (retained) when contiguous, else a contiguous copy. */
+LOOM_API loom_tensor *loom_contiguous(loom_tensor *t);
+/* A view that shares storage but is cut off from autograd. */
+LOOM_API loom_tensor *loom_detach(loom_tensor *t);
+
+/* ---- copies and casts --------------------------------------------------- */
+LOOM_API loom_tensor *loom_to_device(loom_tensor *t, loom_device dev);
+LOOM_API loom_tensor *loom_cast(loom_tensor *t, loom_dtype dt);
+LOOM_API loom_tensor *loom_clone(loom_tensor *t);
+/* dst <- src elementwise (same shape; dtype and device may differ). */
+LOOM_API loom_status loom_copy_(loom_tensor *dst, loom_tensor *src);
+LOOM_API loom_status loom_fill_(loom_tensor *t, double value);
+/* Copy out as dtype dt (row-major) into host memory of nbytes. */
+LOOM_API loom_status loom_to_host(loom_tensor *t, void *dst, size_t nbytes, loom_dtype dt);
+/* The single element as a double (t must have one element). */
+LOOM_API loom_status loom_item(loom_tensor *t, double *out);
 
 /* ---- elementwise --------------------------------------------------------- */
 LOOM_API loom_tensor *loom_add(loom_tensor *a, loom_tensor *b);

@@ -9,6 +9,7 @@
  * long as the parameter and needs no bookkeeping in the module. */
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
+#include "loom/ops.h"
 
 /* ---- master -> copy link ------------------------------------------------------ */
 

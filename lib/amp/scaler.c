@@ -25,7 +25,7 @@
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "device/sync_stats.h"
 #include "ops/cuda/dev_table.h"
 #endif

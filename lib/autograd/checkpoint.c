@@ -7,13 +7,15 @@
  * through the recomputed graph: parameters used inside the segment receive
  * their gradients there (as leaves of that inner graph, hooks included), the
  * segment's inputs become this node's input gradients. Ops with side
- * effects ask loom_checkpoint_recomputing() to skip them the second time
- * (batch norm does not update its running statistics again). */
+ * effects ask loom_checkpoint_recomputing() (tensor/grad_mode.h, below the
+ * ops that ask) to skip them the second time (batch norm does not update
+ * its running statistics again). */
 #include <stdlib.h>
 
 #include "autograd/node.h"
 #include "core/rng_replay.h"
 #include "loom/autograd.h"
+#include "tensor/grad_mode.h"
 #include "tensor/tensor_internal.h"
 
 typedef struct ckpt {
@@ -23,11 +25,6 @@ typedef struct ckpt {
 } ckpt;
 
 static void ckpt_free(void *p) { free(p); }
-
-/* > 0 while a segment is recomputed on this thread (node.h). */
-static _Thread_local int tl_recomputing;
-
-int loom_checkpoint_recomputing(void) { return tl_recomputing > 0; }
 
 /* A new header over t's memory that belongs to no scope and no graph. */
 static loom_tensor *detached(const loom_tensor *t) {
@@ -48,9 +45,9 @@ static loom_status ckpt_backward(loom_node *nd, loom_tensor *gy, loom_tensor **g
     loom_rng_replay saved;
     loom_rng_replay_begin(c->rng_seed, c->rng_offset, &saved);
     loom_scope_begin();
-    tl_recomputing++;
+    loom_checkpoint_recompute_enter();
     loom_tensor *y = c->fn(c->ctx, nd->n_in, in);
-    tl_recomputing--;
+    loom_checkpoint_recompute_leave();
     loom_rng_replay_end(&saved);
     if (!y) {
       st = loom_last_status() != LOOM_OK ? loom_last_status()

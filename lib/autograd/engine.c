@@ -1,38 +1,14 @@
 /* engine.c — loom_backward: walk the recorded graph in reverse recording
  * order, accumulate gradients, fire grad-ready hooks, free saved tensors as
- * each node finishes. Grad mode is per thread. */
+ * each node finishes. Grad mode (per thread) is the tensor layer's
+ * (tensor/grad_mode.c). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/grad_table.h"
 #include "autograd/node.h"
 #include "loom/autograd.h"
 #include "prof/prof.h"
-
-static _Thread_local int tl_grad_disabled;
-
-bool loom_set_grad_enabled(bool enabled) {
-  bool prev = !tl_grad_disabled;
-  tl_grad_disabled = !enabled;
-  return prev;
-}
-
-bool loom_is_grad_enabled(void) { return !tl_grad_disabled; }
-
-loom_status loom_set_grad_hook(loom_tensor *t, loom_grad_hook hook, void *user) {
-  if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "loom_set_grad_hook: tensor is NULL");
-  if (t->grad_fn)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_set_grad_hook: hooks go on leaf tensors (parameters), not results");
-  t->hook = hook;
-  t->hook_user = user;
-  return LOOM_OK;
-}
-
-loom_status loom_zero_grad(loom_tensor *t) {
-  if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "loom_zero_grad: tensor is NULL");
-  loom_tensor_release(t->grad);
-  t->grad = NULL;
-  return LOOM_OK;
-}
 
 /* Channels-last: 4-D, NHWC strides, not also contiguous. */
 static bool nhwc(const loom_tensor *t) { return loom_tensor_is_channels_last(t) && !loom_tensor_is_contiguous(t); }
@@ -223,7 +199,7 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
     loom_scope_begin();
     loom_prof_range pr = LOOM_PROF_RANGE_INIT;
     if (LOOM_PROF_ACTIVE()) loom_prof_begin(&pr, LOOM_PROF_CAT_BACKWARD, loom_prof_backward_name(n->custom ? "custom" : loom_op_get(n->op)->name), NULL);
-    st = n->custom ? n->custom->backward(n, gy, gx) : loom_op_get(n->op)->backward(n, gy, gx);
+    st = n->custom ? n->custom->backward(n, gy, gx) : loom_grad_get(n->op)->backward(n, gy, gx);
     loom_prof_end(&pr, 0.0, 0);
     for (int k = 0; k < LOOM_OP_MAX_IN && st == LOOM_OK; k++) {
       if (n->needs_grad[k] && !gx[k]) {

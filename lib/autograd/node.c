@@ -5,7 +5,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "autograd/grad_table.h"
 #include "autograd/node.h"
+#include "ops/record.h"
 
 static atomic_uint_fast64_t g_seq;
 
@@ -56,7 +58,7 @@ const char *loom_node_name(const loom_node *n) { return n->custom ? n->custom->n
 
 static loom_status record(loom_op_id op, const loom_node_custom *c, void *ctx, const loom_op_args *a) {
   const char *name = c ? c->name : loom_op_get(op)->name;
-  unsigned saves = c ? (1u << LOOM_OP_MAX_IN) - 1 : loom_op_get(op)->saves;  /* custom: every input */
+  unsigned saves = c ? (1u << LOOM_OP_MAX_IN) - 1 : loom_grad_get(op)->saves;  /* custom: every input */
   loom_node *n = calloc(1, sizeof *n);
   if (!n) {
     if (c) c->free_ctx(ctx);
@@ -117,7 +119,11 @@ static loom_status record(loom_op_id op, const loom_node_custom *c, void *ctx, c
   return LOOM_OK;
 }
 
-loom_status loom_node_record(loom_op_id op, const loom_op_args *a) { return record(op, NULL, NULL, a); }
+/* The recorder of ops (ops/record.h): an op without a backward rule in the
+ * grad table is not recorded (its result does not require grad). */
+static loom_status record_op(loom_op_id op, const loom_op_args *a) {
+  return loom_grad_get(op) ? record(op, NULL, NULL, a) : LOOM_OK;
+}
 
 loom_status loom_node_record_custom(const loom_node_custom *c, void *ctx, const loom_op_args *a) {
   return record(LOOM_OP_COUNT, c, ctx, a);
@@ -141,3 +147,26 @@ void loom_node_release(loom_node *n) {
     n = tail;
   }
 }
+
+void loom_autograd_install(void) {
+  loom_tensor_set_grad_fn_release(loom_node_release);  /* before any node can exist */
+  loom_op_set_recorder(record_op);
+}
+
+/* Recording must be on in every program that can need it, including one
+ * that links libloom.a and never names some autograd function. Two things
+ * make sure:
+ *  - this constructor: recording is on before main in every program that
+ *    links this object, and only such a program can record a node or use
+ *    one: loom_backward / loom_backward_with (engine.c), loom_checkpoint and
+ *    loom_offload all call into this file. (libloom.so loads every object.)
+ *  - loom_set_requires_grad (leaf.c) calls loom_autograd_install: the public
+ *    way a tensor comes to require grad links this object, so a program
+ *    that marks parameters but never calls backward still records (and
+ *    loom_requires_grad of a result still says true). The layers above that
+ *    set the flag of copies they own (amp's low-precision copies, the
+ *    offload optimizer's host copies) do so for a backward to fill their
+ *    gradients, which links this object too.
+ * ops/record.c refuses, rather than silently skipping, an op that finds
+ * an input requiring grad and no recorder. */
+__attribute__((constructor)) static void install_at_load(void) { loom_autograd_install(); }

@@ -58,11 +58,14 @@ typedef struct loom_node_custom {
   void (*free_ctx)(void *ctx);
 } loom_node_custom;
 
-/* Record a node for op on args whose outputs were just computed. Attaches
- * it to out[0] as grad_fn. */
-loom_status loom_node_record(loom_op_id op, const loom_op_args *a);
-/* The same for a custom node: every input is saved; ctx belongs to the node
- * from here on (freed by c->free_ctx, also when recording fails). */
+/* Make ops record into autograd (their recorder hook, ops/record.h) and
+ * tensors release their grad_fn through loom_node_release. Idempotent; see
+ * node.c for when it runs. */
+void loom_autograd_install(void);
+/* Record a custom node on args whose outputs were just computed (op-table
+ * ops are recorded through the hook): every input is saved; ctx belongs to
+ * the node from here on (freed by c->free_ctx, also when recording fails).
+ * Attaches it to out[0] as grad_fn. */
 loom_status loom_node_record_custom(const loom_node_custom *c, void *ctx, const loom_op_args *a);
 /* offload.c: inside a loom_offload region on this thread? */
 int loom_offload_active(void);
@@ -71,11 +74,6 @@ int loom_offload_active(void);
 loom_tensor *loom_offload_to_host(loom_tensor *t);
 /* Bring n's offloaded saved tensors back to their device (no-op when none). */
 loom_status loom_offload_prefetch(loom_node *n);
-
-/* checkpoint.c: is a checkpointed segment being recomputed (in backward) on
- * this thread? Ops with side effects skip them then (batch norm's running
- * statistics were updated by the forward pass already). */
-int loom_checkpoint_recomputing(void);
 
 /* The node's name for messages (its op's, or the custom one's). */
 const char *loom_node_name(const loom_node *n);

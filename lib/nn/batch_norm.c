@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/node.h"
 #include "loom/autograd.h"
 #include "nn/module_internal.h"
+#include "tensor/grad_mode.h"
 
 typedef struct bn_impl {
   loom_batch_norm_options opt;  /* momentum, eps (training and act come from the module) */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/autograd.h"
 #include "nn/module_internal.h"
 #include "nn/precision_policy.h"
 

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "loom/autograd.h"
 #include "nn/module_internal.h"
 #include "nn/precision_policy.h"
 

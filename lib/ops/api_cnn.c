@@ -7,11 +7,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "loom/rng.h"
-#include "autograd/node.h"
 #include "ops/op.h"
 #include "ops/shape_rules.h"
+#include "tensor/grad_mode.h"
 
 /* NULL input: keep the error of the call that failed, or say which is NULL. */
 static loom_tensor *null_input(const char *op, const char *what) {

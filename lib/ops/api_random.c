@@ -4,7 +4,7 @@
  * kernel for CUDA tensors. */
 #include <stdlib.h>
 
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "loom/rng.h"
 #include "ops/op.h"
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)

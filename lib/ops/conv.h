@@ -1,6 +1,6 @@
-/* conv.h (internal) — the conv2d op shared by its shape rule, backward rule
- * and kernels: the integer attributes it carries in loom_op_args.i, and the
- * geometry every kernel derives from them.
+/* conv.h (internal) — the conv2d op shared by its shape rule, kernels and
+ * backward rule (autograd's): the integer attributes it carries in
+ * loom_op_args.i, and the geometry every kernel derives from them.
  *
  * CONV2D:          in x [N,C,H,W], w [O,C/G,KH,KW], b [O] or NULL; out y.
  * CONV2D_BACKWARD: in gy, x, w, y (y only with ReLU: the mask is y > 0);
@@ -11,7 +11,6 @@
 #ifndef LOOM_OPS_CONV_H
 #define LOOM_OPS_CONV_H
 
-#include "ops/grad_rules.h"
 #include "ops/op.h"
 
 /* Indices into loom_op_args.i (both ops). */
@@ -54,7 +53,12 @@ static inline double loom_conv_macs(const loom_conv_geom *g) {
 
 loom_status loom_infer_conv2d(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_conv2d_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
-LOOM_GRAD_RULE(loom_grad_conv2d);
+
+/* t's memory is laid out like x's (NCHW-contiguous or channels-last). Size-1
+ * dims make both true at once: the memory is then the same either way. */
+static inline bool loom_conv_same_layout(const loom_tensor *t, const loom_tensor *x) {
+  return loom_tensor_memory_format(x) == LOOM_FORMAT_NHWC ? loom_tensor_is_channels_last(t) : loom_tensor_is_contiguous(t);
+}
 
 #ifdef LOOM_HAVE_CUDA
 /* lib/ops/cuda/conv_cudnn.c: cuDNN 9; without cuDNN in the build they fail

@@ -1,17 +1,11 @@
-/* conv_rules.c — the conv2d op's shape rules (every check made before a
- * kernel runs, with messages that name the shapes and what to change) and
- * its backward rule (one CONV2D_BACKWARD op computes dX, dW and db). */
+/* conv_rules.c — the conv2d op's shape rules: every check made before a
+ * kernel runs, with messages that name the shapes and what to change. Its
+ * backward rule is autograd's (lib/autograd/grad_rules_cnn.c). */
 #include <stdio.h>
 
 #include "ops/conv.h"
 
 static const char *sh(const loom_tensor *t, char *buf) { return loom_shape_str(t->ndim, t->shape, buf, 96); }
-
-/* t's memory is laid out like x's (NCHW-contiguous or channels-last). Size-1
- * dims make both true at once: the memory is then the same either way. */
-static bool same_layout(const loom_tensor *t, const loom_tensor *x) {
-  return loom_tensor_memory_format(x) == LOOM_FORMAT_NHWC ? loom_tensor_is_channels_last(t) : loom_tensor_is_contiguous(t);
-}
 
 loom_status loom_conv_geom_make(const char *op, const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
                                 const int64_t *i, loom_conv_geom *g) {
@@ -104,7 +98,7 @@ loom_status loom_infer_conv2d_backward(const char *opname, const loom_op_args *a
   bool same = gy->ndim == 4 && gy->shape[0] == g.N && gy->shape[1] == g.O && gy->shape[2] == g.OH &&
               gy->shape[3] == g.OW;
   const loom_tensor *y = a->n_in > 3 ? a->in[3] : NULL;
-  if (!same || !same_layout(gy, x) || (y && !same_layout(y, x)) || loom_tensor_memory_format(x) == LOOM_FORMAT_STRIDED)
+  if (!same || !loom_conv_same_layout(gy, x) || (y && !loom_conv_same_layout(y, x)) || loom_tensor_memory_format(x) == LOOM_FORMAT_STRIDED)
     return loom_set_error(LOOM_ERR_INTERNAL, "%s: the output gradient's shape or format does not match x's", opname);
   if (g.act == LOOM_ACT_RELU && (a->n_in < 4 || !a->in[3]))
     return loom_set_error(LOOM_ERR_INTERNAL, "%s: the fused ReLU needs the forward output", opname);
@@ -125,33 +119,5 @@ loom_status loom_infer_conv2d_backward(const char *opname, const loom_op_args *a
     o[2].shape[0] = g.O;
     o[2].dtype = w->dtype;
   }
-  return LOOM_OK;
-}
-
-LOOM_GRAD_RULE(loom_grad_conv2d) {
-  loom_tensor *x = n->saved_in[0], *w = n->saved_in[1], *y = n->saved_out[0];
-  /* The kernels read gy in x's memory format (the usual case: it comes from
-   * ops that keep their input's format); anything else is converted once. */
-  loom_memory_format fx = loom_tensor_memory_format(x);
-  loom_tensor *g = gy;
-  if (!same_layout(gy, x) || gy->dtype != x->dtype) {
-    g = loom_to_memory_format(gy->dtype != x->dtype ? loom_cast(gy, x->dtype) : gy, fx);
-    if (!g) return loom_last_status();
-  }
-  bool relu = n->args.i[LOOM_CONV_I_ACT] == LOOM_ACT_RELU;
-  loom_op_args a = {.in = {g, x, w, relu ? y : NULL}, .n_in = relu ? 4 : 3};
-  for (int k = 0; k <= LOOM_CONV_I_ACT; k++) a.i[k] = n->args.i[k];
-  bool has_b = n->n_in > 2;
-  a.i[LOOM_CONV_I_NEED_DX] = n->needs_grad[0];
-  a.i[LOOM_CONV_I_NEED_DW] = n->needs_grad[1];
-  a.i[LOOM_CONV_I_NEED_DB] = has_b && n->needs_grad[2];
-  a.i[LOOM_CONV_I_GY_OWNED] = g == gy ? n->gy_exclusive : true;
-  loom_op_run(LOOM_OP_CONV2D_BACKWARD, &a);  /* out[0] is NULL when dX is skipped: check each output */
-  bool ok = (!n->needs_grad[0] || a.out[0]) && (!n->needs_grad[1] || a.out[1]) &&
-            (!a.i[LOOM_CONV_I_NEED_DB] || a.out[2]);
-  if (!ok) return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
-  gx[0] = a.out[0];
-  gx[1] = a.out[1];
-  if (has_b) gx[2] = a.out[2];
   return LOOM_OK;
 }

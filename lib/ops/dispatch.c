@@ -1,12 +1,13 @@
 /* dispatch.c — running an op: NULL propagation, device and dtype checks, the
- * shape rule, output allocation, the device's kernel, autograd recording,
- * and handing results to the ownership rule. */
+ * shape rule, output allocation, the device's kernel, autograd recording
+ * (through the recorder hook, record.h), and handing results to the
+ * ownership rule. */
 #include <stdio.h>
 
-#include "autograd/node.h"
 #include "core/capture.h"
 #include "ops/flops.h"
 #include "ops/op.h"
+#include "ops/record.h"
 #include "prof/prof.h"
 
 static loom_status check_inputs(const loom_op_def *d, loom_op_args *a) {
@@ -68,14 +69,7 @@ static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
     if (loom_last_status() != LOOM_OK) loom_error_prefix("%s", d->name);
     goto fail;
   }
-  /* An integer result (a cast to i32/i64/u8) ends the graph: it cannot carry
-   * a gradient, and recording it would make an integer tensor report
-   * requires_grad, which loom_set_requires_grad forbids. */
-  if (record && d->backward && loom_is_grad_enabled() && a->out[0] && loom_dtype_is_float(a->out[0]->dtype)) {
-    bool any = false;
-    for (int k = 0; k < a->n_in; k++) any = any || loom_requires_grad(a->in[k]);
-    if (any && loom_node_record(id, a) != LOOM_OK) goto fail;
-  }
+  if (record && loom_op_record(id, a) != LOOM_OK) goto fail;
   return LOOM_OK;
 fail:
   for (int k = 0; k < LOOM_OP_MAX_OUT; k++) {
@@ -85,7 +79,7 @@ fail:
   return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
 }
 
-/* run() with the op named for graph capture's messages (graph_capture.h). */
+/* run() with the op named for graph capture's messages (core/capture.h). */
 static loom_status run_named(loom_op_id id, loom_op_args *a, bool record) {
   const loom_op_def *d = loom_op_get(id);
   const char *prev = loom_capture_set_op(d ? d->name : NULL);

@@ -1,12 +1,12 @@
 /* op.h (internal) — the op table: every op has a name, a shape rule, a CPU
- * kernel, a CUDA kernel and a backward rule written with other ops
- * (DESIGN.md §5). Adding an op touches one table entry, two kernels and one
- * test. */
+ * kernel and a CUDA kernel; its backward rule, written with other ops, is in
+ * autograd's grad table (DESIGN.md §5). Adding an op touches one table
+ * entry, two kernels, one grad-table entry and one case of
+ * tests/test_op_sweep.c. */
 #ifndef LOOM_OPS_OP_H
 #define LOOM_OPS_OP_H
 
 #include "loom/ops.h"
-#include "loom/autograd.h"
 #include "tensor/tensor_internal.h"
 
 #define LOOM_OP_MAX_IN 5   /* batch_norm: x, weight, bias, running mean, running var */
@@ -27,7 +27,7 @@ typedef enum loom_op_id {
   LOOM_OP_LOG_SOFTMAX, LOOM_OP_LOG_SOFTMAX_BACKWARD,
   LOOM_OP_CROSS_ENTROPY, LOOM_OP_CROSS_ENTROPY_BACKWARD,
   LOOM_OP_COPY,            /* strided copy with dtype conversion (cast, contiguous) */
-  /* Views: no kernel, only a backward rule (recorded by lib/tensor/views.c). */
+  /* Views: no kernel, only a backward rule (recorded by lib/ops/api_view.c). */
   LOOM_OP_VIEW_RESHAPE, LOOM_OP_VIEW_PERMUTE, LOOM_OP_VIEW_SLICE, LOOM_OP_VIEW_EXPAND,
   LOOM_OP_CONV2D,          /* conv2d (+ bias, + fused ReLU); lib/ops/conv_rules.c */
   LOOM_OP_CONV2D_BACKWARD, /* dX, dW, db of conv2d in one op */
@@ -64,20 +64,11 @@ typedef struct loom_out_spec {
 } loom_out_spec;
 /* Give a fresh contiguous 4-D [N, C, H, W] tensor channels-last strides
  * (same storage size): how NHWC results and gradients are made
- * (lib/tensor/memory_format.c). */
+ * (lib/ops/api_memory_format.c). */
 void loom_set_channels_last_strides(loom_tensor *t);
 
-struct loom_node;
 typedef loom_status (*loom_infer_fn)(const char *opname, const loom_op_args *a, loom_out_spec *out);
 typedef loom_status (*loom_kernel_fn)(loom_op_args *a);
-/* Given the node and d(out0), compute gx[k] for each input k with
- * node->needs_grad[k] (others stay NULL), using ops. */
-typedef loom_status (*loom_backward_fn)(struct loom_node *n, loom_tensor *gy, loom_tensor **gx);
-
-/* Which tensors a node keeps for backward (bit k: input k; OUT0: output 0). */
-#define LOOM_SAVE_IN(k) (1u << (k))
-#define LOOM_SAVE_OUT0 (1u << 8)
-#define LOOM_SAVE_OUT1 (1u << 9)
 
 typedef struct loom_op_def {
   const char *name;
@@ -87,25 +78,21 @@ typedef struct loom_op_def {
   loom_infer_fn infer;
   loom_kernel_fn cpu;
   loom_kernel_fn cuda;
-  loom_backward_fn backward;  /* NULL: not differentiable */
-  unsigned saves;
   int same_dtype;             /* all inputs must share a dtype */
 } loom_op_def;
 
 const loom_op_def *loom_op_get(loom_op_id id);
 
 /* Run op id on args (in[], f[], i[] filled): checks NULL inputs, devices,
- * shape rule; allocates outputs; runs the device's kernel; records autograd.
+ * shape rule; allocates outputs; runs the device's kernel; records autograd
+ * (through the recorder autograd installed: ops/record.h).
  * Returns out[0] adopted by the ownership rule; out[1] (if any) is stored in
  * a->out[1] and also adopted. NULL on failure. */
 loom_tensor *loom_op_run(loom_op_id id, loom_op_args *a);
 /* Run the kernel on preallocated outputs (no autograd, no adoption). */
 loom_status loom_op_run_into(loom_op_id id, loom_op_args *a);
 
-/* Helpers used by tensor/ and autograd/. */
-loom_status loom_copy_from_host_raw(loom_tensor *dst, const void *src);   /* dst contiguous */
-loom_status loom_copy_to_host_raw(loom_tensor *src, void *dst);           /* src contiguous */
-loom_status loom_convert_from_f64_host(loom_tensor *dst, const double *src);
+/* Helpers used by ops and the layers above (loom_copy_*_host_raw: tensor_internal.h). */
 /* a += b in place (same shape), no autograd. */
 loom_status loom_add_inplace(loom_tensor *a, loom_tensor *b);
 /* Sum g down to shape (undo broadcasting). Returns a new tensor (scope rule). */

@@ -1,9 +1,9 @@
-/* op_table.c — the op table: name, shape rule, CPU kernel, CUDA kernel,
- * backward rule and what each op saves for backward. */
+/* op_table.c — the op table: name, arity, shape rule, CPU kernel, CUDA
+ * kernel. Backward rules and what each op saves for them are autograd's
+ * (lib/autograd/grad_table.c). */
 #include "ops/conv.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/elementwise_math.h"
-#include "ops/grad_rules.h"
 #include "ops/shape_rules.h"
 /* LOOM_CUDA_OPS: set once lib/ops/cuda provides every kernel below. */
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
@@ -32,60 +32,55 @@ CPU_EW(cpu_log, unary, LOOM_EW_LOG)
 CPU_EW(cpu_sqrt, unary, LOOM_EW_SQRT)
 CPU_EW(cpu_relu, unary, LOOM_EW_RELU)
 
-#define IN(k) LOOM_SAVE_IN(k)
-#define OUT0 LOOM_SAVE_OUT0
-#define OUT1 LOOM_SAVE_OUT1
-
-/* name, n_in, max_in, n_out, infer, cpu, cuda, backward, saves, same_dtype */
+/* name, n_in, max_in, n_out, infer, cpu, cuda, same_dtype */
 static const loom_op_def g_ops[LOOM_OP_COUNT] = {
-  [LOOM_OP_ADD] = {"add", 2, 2, 1, loom_infer_binary, cpu_add, CUDA_K(loom_cuda_add), loom_grad_add, 0, 1},
-  [LOOM_OP_SUB] = {"sub", 2, 2, 1, loom_infer_binary, cpu_sub, CUDA_K(loom_cuda_sub), loom_grad_sub, 0, 1},
-  [LOOM_OP_MUL] = {"mul", 2, 2, 1, loom_infer_binary, cpu_mul, CUDA_K(loom_cuda_mul), loom_grad_mul, IN(0) | IN(1), 1},
-  [LOOM_OP_DIV] = {"div", 2, 2, 1, loom_infer_binary, cpu_div, CUDA_K(loom_cuda_div), loom_grad_div, IN(0) | IN(1), 1},
-  [LOOM_OP_ADD_SCALAR] = {"add_scalar", 1, 1, 1, loom_infer_unary, cpu_add_s, CUDA_K(loom_cuda_add_scalar), loom_grad_add_scalar, 0, 0},
-  [LOOM_OP_MUL_SCALAR] = {"mul_scalar", 1, 1, 1, loom_infer_unary, cpu_mul_s, CUDA_K(loom_cuda_mul_scalar), loom_grad_mul_scalar, 0, 0},
-  [LOOM_OP_RSUB_SCALAR] = {"rsub_scalar", 1, 1, 1, loom_infer_unary, cpu_rsub_s, CUDA_K(loom_cuda_rsub_scalar), loom_grad_rsub_scalar, 0, 0},
-  [LOOM_OP_RDIV_SCALAR] = {"rdiv_scalar", 1, 1, 1, loom_infer_unary, cpu_rdiv_s, CUDA_K(loom_cuda_rdiv_scalar), loom_grad_rdiv_scalar, IN(0), 0},
-  [LOOM_OP_POW_SCALAR] = {"pow_scalar", 1, 1, 1, loom_infer_unary, cpu_pow_s, CUDA_K(loom_cuda_pow_scalar), loom_grad_pow_scalar, IN(0), 0},
-  [LOOM_OP_NEG] = {"neg", 1, 1, 1, loom_infer_unary, cpu_neg, CUDA_K(loom_cuda_neg), loom_grad_neg, 0, 0},
-  [LOOM_OP_EXP] = {"exp", 1, 1, 1, loom_infer_unary, cpu_exp, CUDA_K(loom_cuda_exp), loom_grad_exp, OUT0, 0},
-  [LOOM_OP_LOG] = {"log", 1, 1, 1, loom_infer_unary, cpu_log, CUDA_K(loom_cuda_log), loom_grad_log, IN(0), 0},
-  [LOOM_OP_SQRT] = {"sqrt", 1, 1, 1, loom_infer_unary, cpu_sqrt, CUDA_K(loom_cuda_sqrt), loom_grad_sqrt, OUT0, 0},
-  [LOOM_OP_RELU] = {"relu", 1, 1, 1, loom_infer_unary, cpu_relu, CUDA_K(loom_cuda_relu), loom_grad_relu, OUT0, 0},
-  [LOOM_OP_RELU_BACKWARD] = {"relu_backward", 2, 2, 1, loom_infer_binary, cpu_relu_bw, CUDA_K(loom_cuda_relu_backward), NULL, 0, 1},
-  [LOOM_OP_EQ] = {"eq", 2, 2, 1, loom_infer_binary, cpu_eq, CUDA_K(loom_cuda_eq), NULL, 0, 1},
-  [LOOM_OP_SUM] = {"sum", 1, 1, 1, loom_infer_reduce, loom_cpu_sum, CUDA_K(loom_cuda_sum), loom_grad_sum, 0, 0},
-  [LOOM_OP_MAX] = {"max", 1, 1, 1, loom_infer_reduce, loom_cpu_max, CUDA_K(loom_cuda_max), loom_grad_max, IN(0) | OUT0, 0},
-  [LOOM_OP_ARGMAX] = {"argmax", 1, 1, 1, loom_infer_argmax, loom_cpu_argmax, CUDA_K(loom_cuda_argmax), NULL, 0, 0},
-  [LOOM_OP_MATMUL] = {"matmul", 2, 2, 1, loom_infer_matmul, loom_cpu_matmul, CUDA_K(loom_cuda_matmul), loom_grad_matmul, IN(0) | IN(1), 1},
+  [LOOM_OP_ADD] = {"add", 2, 2, 1, loom_infer_binary, cpu_add, CUDA_K(loom_cuda_add), 1},
+  [LOOM_OP_SUB] = {"sub", 2, 2, 1, loom_infer_binary, cpu_sub, CUDA_K(loom_cuda_sub), 1},
+  [LOOM_OP_MUL] = {"mul", 2, 2, 1, loom_infer_binary, cpu_mul, CUDA_K(loom_cuda_mul), 1},
+  [LOOM_OP_DIV] = {"div", 2, 2, 1, loom_infer_binary, cpu_div, CUDA_K(loom_cuda_div), 1},
+  [LOOM_OP_ADD_SCALAR] = {"add_scalar", 1, 1, 1, loom_infer_unary, cpu_add_s, CUDA_K(loom_cuda_add_scalar), 0},
+  [LOOM_OP_MUL_SCALAR] = {"mul_scalar", 1, 1, 1, loom_infer_unary, cpu_mul_s, CUDA_K(loom_cuda_mul_scalar), 0},
+  [LOOM_OP_RSUB_SCALAR] = {"rsub_scalar", 1, 1, 1, loom_infer_unary, cpu_rsub_s, CUDA_K(loom_cuda_rsub_scalar), 0},
+  [LOOM_OP_RDIV_SCALAR] = {"rdiv_scalar", 1, 1, 1, loom_infer_unary, cpu_rdiv_s, CUDA_K(loom_cuda_rdiv_scalar), 0},
+  [LOOM_OP_POW_SCALAR] = {"pow_scalar", 1, 1, 1, loom_infer_unary, cpu_pow_s, CUDA_K(loom_cuda_pow_scalar), 0},
+  [LOOM_OP_NEG] = {"neg", 1, 1, 1, loom_infer_unary, cpu_neg, CUDA_K(loom_cuda_neg), 0},
+  [LOOM_OP_EXP] = {"exp", 1, 1, 1, loom_infer_unary, cpu_exp, CUDA_K(loom_cuda_exp), 0},
+  [LOOM_OP_LOG] = {"log", 1, 1, 1, loom_infer_unary, cpu_log, CUDA_K(loom_cuda_log), 0},
+  [LOOM_OP_SQRT] = {"sqrt", 1, 1, 1, loom_infer_unary, cpu_sqrt, CUDA_K(loom_cuda_sqrt), 0},
+  [LOOM_OP_RELU] = {"relu", 1, 1, 1, loom_infer_unary, cpu_relu, CUDA_K(loom_cuda_relu), 0},
+  [LOOM_OP_RELU_BACKWARD] = {"relu_backward", 2, 2, 1, loom_infer_binary, cpu_relu_bw, CUDA_K(loom_cuda_relu_backward), 1},
+  [LOOM_OP_EQ] = {"eq", 2, 2, 1, loom_infer_binary, cpu_eq, CUDA_K(loom_cuda_eq), 1},
+  [LOOM_OP_SUM] = {"sum", 1, 1, 1, loom_infer_reduce, loom_cpu_sum, CUDA_K(loom_cuda_sum), 0},
+  [LOOM_OP_MAX] = {"max", 1, 1, 1, loom_infer_reduce, loom_cpu_max, CUDA_K(loom_cuda_max), 0},
+  [LOOM_OP_ARGMAX] = {"argmax", 1, 1, 1, loom_infer_argmax, loom_cpu_argmax, CUDA_K(loom_cuda_argmax), 0},
+  [LOOM_OP_MATMUL] = {"matmul", 2, 2, 1, loom_infer_matmul, loom_cpu_matmul, CUDA_K(loom_cuda_matmul), 1},
   /* linear: out1 is the ReLU bitmask on CUDA (see loom_infer_linear). linear_backward: out3 is the chained db. */
-  [LOOM_OP_LINEAR] = {"linear", 2, 3, 2, loom_infer_linear, loom_cpu_linear, CUDA_K(loom_cuda_linear), loom_grad_linear, IN(0) | IN(1) | OUT0 | OUT1, 1},
-  [LOOM_OP_LINEAR_BACKWARD] = {"linear_backward", 3, 4, 4, loom_infer_linear_backward, loom_cpu_linear_backward, CUDA_K(loom_cuda_linear_backward), NULL, 0, 0},
-  [LOOM_OP_LOG_SOFTMAX] = {"log_softmax", 1, 1, 1, loom_infer_log_softmax, loom_cpu_log_softmax, CUDA_K(loom_cuda_log_softmax), loom_grad_log_softmax, OUT0, 0},
-  [LOOM_OP_LOG_SOFTMAX_BACKWARD] = {"log_softmax_backward", 2, 2, 1, loom_infer_log_softmax, loom_cpu_log_softmax_backward, CUDA_K(loom_cuda_log_softmax_backward), NULL, 0, 1},
-  [LOOM_OP_CROSS_ENTROPY] = {"cross_entropy", 2, 2, 1, loom_infer_cross_entropy, loom_cpu_cross_entropy, CUDA_K(loom_cuda_cross_entropy), loom_grad_cross_entropy, IN(0) | IN(1), 0},
-  [LOOM_OP_CROSS_ENTROPY_BACKWARD] = {"cross_entropy_backward", 3, 3, 1, loom_infer_cross_entropy_backward, loom_cpu_cross_entropy_backward, CUDA_K(loom_cuda_cross_entropy_backward), NULL, 0, 0},
-  [LOOM_OP_COPY] = {"copy", 1, 1, 1, loom_infer_copy, loom_cpu_copy, CUDA_K(loom_cuda_copy), loom_grad_copy, 0, 0},
-  [LOOM_OP_VIEW_RESHAPE] = {"reshape", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_reshape, 0, 0},
-  [LOOM_OP_VIEW_PERMUTE] = {"permute", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_permute, 0, 0},
-  [LOOM_OP_VIEW_SLICE] = {"slice", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_slice, 0, 0},
-  [LOOM_OP_VIEW_EXPAND] = {"expand", 1, 1, 1, NULL, NULL, NULL, loom_grad_view_expand, 0, 0},
-  /* conv2d: saves y for the fused ReLU's mask (y > 0). conv2d_backward: dx, dw, db (skipped ones NULL). */
-  [LOOM_OP_CONV2D] = {"conv2d", 2, 3, 1, loom_infer_conv2d, loom_cpu_conv2d, CUDA_K(loom_cuda_conv2d), loom_grad_conv2d, IN(0) | IN(1) | OUT0, 1},
-  [LOOM_OP_CONV2D_BACKWARD] = {"conv2d_backward", 3, 4, 3, loom_infer_conv2d_backward, loom_cpu_conv2d_backward, CUDA_K(loom_cuda_conv2d_backward), NULL, 0, 1},
-  /* CNN ops. batch_norm saves x, weight and bias (the fused ReLU's mask is recomputed from x) and its
-   * statistics; never the running statistics, which it updates in place. */
-  [LOOM_OP_BATCH_NORM] = {"batch_norm", 1, 5, 2, loom_infer_batch_norm, loom_cpu_batch_norm, CUDA_K(loom_cuda_batch_norm), loom_grad_batch_norm, IN(0) | IN(1) | IN(2) | OUT1, 0},
-  [LOOM_OP_BATCH_NORM_BACKWARD] = {"batch_norm_backward", 2, 5, 3, loom_infer_batch_norm_backward, loom_cpu_batch_norm_backward, CUDA_K(loom_cuda_batch_norm_backward), NULL, 0, 0},
-  [LOOM_OP_MAX_POOL2D] = {"max_pool2d", 1, 1, 2, loom_infer_pool2d, loom_cpu_max_pool2d, CUDA_K(loom_cuda_max_pool2d), loom_grad_max_pool2d, OUT1, 0},
-  [LOOM_OP_MAX_POOL2D_BACKWARD] = {"max_pool2d_backward", 2, 2, 1, loom_infer_pool2d_backward, loom_cpu_max_pool2d_backward, CUDA_K(loom_cuda_max_pool2d_backward), NULL, 0, 0},
-  [LOOM_OP_AVG_POOL2D] = {"avg_pool2d", 1, 1, 1, loom_infer_pool2d, loom_cpu_avg_pool2d, CUDA_K(loom_cuda_avg_pool2d), loom_grad_avg_pool2d, 0, 0},
-  [LOOM_OP_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", 1, 1, 1, loom_infer_pool2d, loom_cpu_avg_pool2d, CUDA_K(loom_cuda_avg_pool2d), loom_grad_avg_pool2d, 0, 0},
-  [LOOM_OP_AVG_POOL2D_BACKWARD] = {"avg_pool2d_backward", 1, 1, 1, loom_infer_pool2d_backward, loom_cpu_avg_pool2d_backward, CUDA_K(loom_cuda_avg_pool2d_backward), NULL, 0, 0},
-  [LOOM_OP_DROPOUT] = {"dropout", 1, 1, 2, loom_infer_dropout, loom_cpu_dropout, CUDA_K(loom_cuda_dropout), loom_grad_dropout, OUT1, 0},
-  [LOOM_OP_DROPOUT_BACKWARD] = {"dropout_backward", 2, 2, 1, loom_infer_dropout_backward, loom_cpu_dropout_backward, CUDA_K(loom_cuda_dropout_backward), NULL, 0, 0},
-  [LOOM_OP_ADD_RELU] = {"add_relu", 2, 2, 1, loom_infer_add_relu, loom_cpu_add_relu, CUDA_K(loom_cuda_add_relu), loom_grad_add_relu, OUT0, 1},
-  [LOOM_OP_ADD_RELU_BACKWARD] = {"add_relu_backward", 2, 2, 2, loom_infer_add_relu_backward, loom_cpu_add_relu_backward, CUDA_K(loom_cuda_add_relu_backward), NULL, 0, 1},
+  [LOOM_OP_LINEAR] = {"linear", 2, 3, 2, loom_infer_linear, loom_cpu_linear, CUDA_K(loom_cuda_linear), 1},
+  [LOOM_OP_LINEAR_BACKWARD] = {"linear_backward", 3, 4, 4, loom_infer_linear_backward, loom_cpu_linear_backward, CUDA_K(loom_cuda_linear_backward), 0},
+  [LOOM_OP_LOG_SOFTMAX] = {"log_softmax", 1, 1, 1, loom_infer_log_softmax, loom_cpu_log_softmax, CUDA_K(loom_cuda_log_softmax), 0},
+  [LOOM_OP_LOG_SOFTMAX_BACKWARD] = {"log_softmax_backward", 2, 2, 1, loom_infer_log_softmax, loom_cpu_log_softmax_backward, CUDA_K(loom_cuda_log_softmax_backward), 1},
+  [LOOM_OP_CROSS_ENTROPY] = {"cross_entropy", 2, 2, 1, loom_infer_cross_entropy, loom_cpu_cross_entropy, CUDA_K(loom_cuda_cross_entropy), 0},
+  [LOOM_OP_CROSS_ENTROPY_BACKWARD] = {"cross_entropy_backward", 3, 3, 1, loom_infer_cross_entropy_backward, loom_cpu_cross_entropy_backward, CUDA_K(loom_cuda_cross_entropy_backward), 0},
+  [LOOM_OP_COPY] = {"copy", 1, 1, 1, loom_infer_copy, loom_cpu_copy, CUDA_K(loom_cuda_copy), 0},
+  [LOOM_OP_VIEW_RESHAPE] = {"reshape", 1, 1, 1, NULL, NULL, NULL, 0},
+  [LOOM_OP_VIEW_PERMUTE] = {"permute", 1, 1, 1, NULL, NULL, NULL, 0},
+  [LOOM_OP_VIEW_SLICE] = {"slice", 1, 1, 1, NULL, NULL, NULL, 0},
+  [LOOM_OP_VIEW_EXPAND] = {"expand", 1, 1, 1, NULL, NULL, NULL, 0},
+  /* conv2d_backward: dx, dw, db (skipped ones NULL). */
+  [LOOM_OP_CONV2D] = {"conv2d", 2, 3, 1, loom_infer_conv2d, loom_cpu_conv2d, CUDA_K(loom_cuda_conv2d), 1},
+  [LOOM_OP_CONV2D_BACKWARD] = {"conv2d_backward", 3, 4, 3, loom_infer_conv2d_backward, loom_cpu_conv2d_backward, CUDA_K(loom_cuda_conv2d_backward), 1},
+  /* CNN ops. batch_norm: out1 is its statistics [2, C] f32; training updates the running statistics in place. */
+  [LOOM_OP_BATCH_NORM] = {"batch_norm", 1, 5, 2, loom_infer_batch_norm, loom_cpu_batch_norm, CUDA_K(loom_cuda_batch_norm), 0},
+  [LOOM_OP_BATCH_NORM_BACKWARD] = {"batch_norm_backward", 2, 5, 3, loom_infer_batch_norm_backward, loom_cpu_batch_norm_backward, CUDA_K(loom_cuda_batch_norm_backward), 0},
+  [LOOM_OP_MAX_POOL2D] = {"max_pool2d", 1, 1, 2, loom_infer_pool2d, loom_cpu_max_pool2d, CUDA_K(loom_cuda_max_pool2d), 0},
+  [LOOM_OP_MAX_POOL2D_BACKWARD] = {"max_pool2d_backward", 2, 2, 1, loom_infer_pool2d_backward, loom_cpu_max_pool2d_backward, CUDA_K(loom_cuda_max_pool2d_backward), 0},
+  [LOOM_OP_AVG_POOL2D] = {"avg_pool2d", 1, 1, 1, loom_infer_pool2d, loom_cpu_avg_pool2d, CUDA_K(loom_cuda_avg_pool2d), 0},
+  [LOOM_OP_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", 1, 1, 1, loom_infer_pool2d, loom_cpu_avg_pool2d, CUDA_K(loom_cuda_avg_pool2d), 0},
+  [LOOM_OP_AVG_POOL2D_BACKWARD] = {"avg_pool2d_backward", 1, 1, 1, loom_infer_pool2d_backward, loom_cpu_avg_pool2d_backward, CUDA_K(loom_cuda_avg_pool2d_backward), 0},
+  [LOOM_OP_DROPOUT] = {"dropout", 1, 1, 2, loom_infer_dropout, loom_cpu_dropout, CUDA_K(loom_cuda_dropout), 0},
+  [LOOM_OP_DROPOUT_BACKWARD] = {"dropout_backward", 2, 2, 1, loom_infer_dropout_backward, loom_cpu_dropout_backward, CUDA_K(loom_cuda_dropout_backward), 0},
+  [LOOM_OP_ADD_RELU] = {"add_relu", 2, 2, 1, loom_infer_add_relu, loom_cpu_add_relu, CUDA_K(loom_cuda_add_relu), 1},
+  [LOOM_OP_ADD_RELU_BACKWARD] = {"add_relu_backward", 2, 2, 2, loom_infer_add_relu_backward, loom_cpu_add_relu_backward, CUDA_K(loom_cuda_add_relu_backward), 1},
 };
 
 const loom_op_def *loom_op_get(loom_op_id id) {

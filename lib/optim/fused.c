@@ -11,7 +11,7 @@
 #ifdef LOOM_HAVE_CUDA
 #include "ops/cuda/dev_table.h"
 #endif
-#include "device/graph_capture.h"
+#include "core/capture.h"
 #include "optim/fused.h"
 #include "prof/prof.h"
 

@@ -9,7 +9,8 @@
 
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
-#include "device/graph_capture.h"
+#include "loom/ops.h"
+#include "core/capture.h"
 #include "optim/optim_internal.h"
 
 loom_param_group_options loom_param_group_defaults(void) {

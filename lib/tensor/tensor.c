@@ -1,13 +1,10 @@
-/* tensor.c — storage and tensor lifetime, creation, metadata. */
-#include <math.h>
+/* tensor.c — storage and tensor lifetime, raw allocation and wrapping,
+ * metadata. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "alloc/alloc.h"
 #include "loom/alloc.h"
-#include "autograd/node.h"
-#include "ops/op.h"
 #include "tensor/tensor_internal.h"
 
 int64_t loom_shape_numel(int ndim, const int64_t *shape) {
@@ -41,6 +38,13 @@ static void storage_release(loom_storage *st) {
   free(st);
 }
 
+/* How a dying tensor drops its reference to grad_fn. The node is autograd's
+ * (a layer above), so autograd registers this before it records the first
+ * node: a tensor with a grad_fn implies it is set. */
+static _Atomic(loom_grad_fn_release_fn) g_grad_fn_release;
+
+void loom_tensor_set_grad_fn_release(loom_grad_fn_release_fn fn) { atomic_store(&g_grad_fn_release, fn); }
+
 loom_tensor *loom_tensor_retain(loom_tensor *t) {
   if (t) atomic_fetch_add(&t->refcount, 1);
   return t;
@@ -50,7 +54,10 @@ void loom_tensor_release(loom_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub(&t->refcount, 1) != 1) return;
   loom_tensor_release(t->grad);
-  loom_node_release(t->grad_fn);
+  if (t->grad_fn) {
+    loom_grad_fn_release_fn rel = atomic_load(&g_grad_fn_release);
+    if (rel) rel(t->grad_fn);
+  }
   if (t->user_tag_free) t->user_tag_free(t->user_tag);
   storage_release(t->storage);
   free(t);
@@ -172,73 +179,8 @@ loom_tensor *loom_empty(int ndim, const int64_t *shape, loom_dtype dt, loom_devi
   return loom_tensor_adopt(loom_tensor_alloc_raw(ndim, shape, dt, dev));
 }
 
-loom_tensor *loom_full(int ndim, const int64_t *shape, double value, loom_dtype dt, loom_device dev) {
-  loom_tensor *t = loom_tensor_alloc_raw(ndim, shape, dt, dev);
-  if (!t) return NULL;
-  if (loom_fill_(t, value) != LOOM_OK) {
-    loom_tensor_release(t);
-    return NULL;
-  }
-  return loom_tensor_adopt(t);
-}
-
-loom_tensor *loom_zeros(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev) {
-  return loom_full(ndim, shape, 0.0, dt, dev);
-}
-loom_tensor *loom_ones(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev) {
-  return loom_full(ndim, shape, 1.0, dt, dev);
-}
-loom_tensor *loom_zeros_like(const loom_tensor *t) {
-  return t ? loom_zeros(t->ndim, t->shape, t->dtype, t->storage->device) : NULL;
-}
 loom_tensor *loom_empty_like(const loom_tensor *t) {
   return t ? loom_empty(t->ndim, t->shape, t->dtype, t->storage->device) : NULL;
-}
-
-loom_tensor *loom_from_host(const void *data, int ndim, const int64_t *shape, loom_dtype dt, loom_device dev) {
-  if (!data) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "loom_from_host: data is NULL");
-    return NULL;
-  }
-  loom_tensor *t = loom_tensor_alloc_raw(ndim, shape, dt, dev);
-  if (!t) return NULL;
-  if (loom_copy_from_host_raw(t, data) != LOOM_OK) {
-    loom_tensor_release(t);
-    return NULL;
-  }
-  return loom_tensor_adopt(t);
-}
-
-loom_tensor *loom_arange(double start, double end, double step, loom_dtype dt, loom_device dev) {
-  if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "loom_arange: step must be non-zero and bounds finite (start %g, end %g, step %g)",
-                   start, end, step);
-    return NULL;
-  }
-  double cnt = ceil((end - start) / step);
-  /* The count must fit an int64 and its bytes a size_t (checked here: the
-   * cast below would otherwise be undefined and the error meaningless). */
-  if (!(cnt <= (double)(INT64_MAX / 16))) {
-    loom_set_error(LOOM_ERR_INVALID_ARG,
-                   "loom_arange: [%g, %g) in steps of %g has %g elements, which overflows a tensor's size (at most "
-                   "%lld); check start, end and step",
-                   start, end, step, cnt, (long long)(INT64_MAX / 16));
-    return NULL;
-  }
-  int64_t n = cnt > 0 ? (int64_t)cnt : 0;
-  double *host = malloc((size_t)(n ? n : 1) * sizeof *host);
-  if (!host) {
-    loom_set_error(LOOM_ERR_OOM, "loom_arange: out of host memory for %lld elements", (long long)n);
-    return NULL;
-  }
-  for (int64_t i = 0; i < n; i++) host[i] = start + (double)i * step;
-  loom_tensor *t = loom_tensor_alloc_raw(1, &n, dt, dev);
-  if (t && loom_convert_from_f64_host(t, host) != LOOM_OK) {
-    loom_tensor_release(t);
-    t = NULL;
-  }
-  free(host);
-  return loom_tensor_adopt(t);
 }
 
 /* ---- metadata ------------------------------------------------------------ */
@@ -265,19 +207,7 @@ bool loom_tensor_is_contiguous(const loom_tensor *t) {
   return true;
 }
 
-/* ---- autograd flags ------------------------------------------------------ */
-loom_status loom_set_requires_grad(loom_tensor *t, bool requires_grad) {
-  if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "loom_set_requires_grad: tensor is NULL");
-  if (requires_grad && !loom_dtype_is_float(t->dtype))
-    return loom_set_error(LOOM_ERR_DTYPE, "loom_set_requires_grad: only float tensors can require grad (got %s)",
-                          loom_dtype_name(t->dtype));
-  if (!requires_grad && t->grad_fn)
-    return loom_set_error(LOOM_ERR_INVALID_ARG,
-                          "loom_set_requires_grad: cannot turn off grad on a non-leaf tensor (use loom_detach)");
-  t->requires_grad = requires_grad;
-  return LOOM_OK;
-}
-
+/* ---- autograd state ------------------------------------------------------ */
 bool loom_requires_grad(const loom_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
 loom_tensor *loom_grad(const loom_tensor *t) { return t ? t->grad : NULL; }
 

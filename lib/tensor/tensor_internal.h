@@ -32,7 +32,7 @@ struct loom_tensor {
   /* autograd */
   bool requires_grad;
   struct loom_tensor *grad;       /* owned */
-  struct loom_node *grad_fn;      /* owned reference */
+  struct loom_node *grad_fn;      /* owned reference (opaque here: autograd's node) */
   void (*hook)(loom_tensor *t, loom_tensor *grad, void *user); /* grad-ready hook */
   void *hook_user;
   void *user_tag;                 /* free for subsystems (e.g. amp low-precision copy) */
@@ -68,6 +68,17 @@ static inline void loom_tensor_bump_version(loom_tensor *t) {
 static inline void *loom_tensor_ptr(const loom_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)loom_dtype_size(t->dtype);
 }
+
+/* Byte copies between host memory and a contiguous tensor (host_copy.c):
+ * no kernel, no conversion; device-to-host waits for the copy. */
+loom_status loom_copy_from_host_raw(loom_tensor *dst, const void *src);
+loom_status loom_copy_to_host_raw(loom_tensor *src, void *dst);
+
+/* Autograd registers how a tensor releases its grad_fn (loom_node_release)
+ * before it attaches the first one, as PyTorch's c10 leaves autograd
+ * metadata to a hook: the tensor layer never sees a node. */
+typedef void (*loom_grad_fn_release_fn)(struct loom_node *n);
+void loom_tensor_set_grad_fn_release(loom_grad_fn_release_fn fn);
 
 int64_t loom_shape_numel(int ndim, const int64_t *shape);
 void loom_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);

@@ -5,7 +5,7 @@
  *   autograd will need it), RELU_BIAS (no mask needed), BIAS or RELU
  *   (no bias) or DEFAULT.
  * Backward (LINEAR_BACKWARD; inputs gy, x, w, in3; see the grad rule in
- *   ops/grad_rules.c for how the chain is set up):
+ *   autograd/grad_rules.c for how the chain is set up):
  *   - own dReLU (act = ReLU, the input gradient not already masked): one
  *     pass dz = gy·(y > 0), over gy in place when the engine owns it;
  *   - dW = dzᵀ·x with the BGRADB epilogue, which also writes db;

@@ -1,4 +1,4 @@
-/* memory_format.c — the memory format of 4-D [N, C, H, W] tensors:
+/* api_memory_format.c — the memory format of 4-D [N, C, H, W] tensors:
  * contiguous (NCHW) or channels-last (NHWC strides), as in PyTorch. The
  * logical shape never changes; only the strides say how memory is laid out,
  * so every op sees one shape convention and picks its kernel by layout. */

@@ -1,19 +1,17 @@
-/* views.c — views share storage: view/reshape, transpose/permute, slice,
- * expand, detach, contiguous. Views of tensors that require grad record a
- * node, so gradients flow through them. */
-#include "autograd/node.h"
-#include "loom/autograd.h"
+/* api_view.c — views share storage: view/reshape, transpose/permute, slice,
+ * expand, detach, contiguous. A view has no kernel; views of tensors that
+ * require grad are recorded (through the recorder hook, like any op), so
+ * gradients flow through them. */
 #include "ops/op.h"
+#include "ops/record.h"
 
 static loom_tensor *record_view(loom_op_id op, loom_tensor *src, loom_tensor *v, const int64_t *ints, int nints) {
   if (!v) return NULL;
-  if (loom_requires_grad(src) && loom_is_grad_enabled()) {
-    loom_op_args a = {.in = {src}, .n_in = 1, .out = {v}, .n_out = 1};
-    for (int k = 0; k < nints && k < LOOM_OP_MAX_INTS; k++) a.i[k] = ints[k];
-    if (loom_node_record(op, &a) != LOOM_OK) {
-      loom_tensor_release(v);
-      return NULL;
-    }
+  loom_op_args a = {.in = {src}, .n_in = 1, .out = {v}, .n_out = 1};
+  for (int k = 0; k < nints && k < LOOM_OP_MAX_INTS; k++) a.i[k] = ints[k];
+  if (loom_op_record(op, &a) != LOOM_OK) {
+    loom_tensor_release(v);
+    return NULL;
   }
   return loom_tensor_adopt(v);
 }

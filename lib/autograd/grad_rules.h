@@ -1,6 +1,7 @@
-/* grad_rules.h (internal) — backward rules of the op table. */
-#ifndef LOOM_OPS_GRAD_RULES_H
-#define LOOM_OPS_GRAD_RULES_H
+/* grad_rules.h (internal) — the backward rules the grad table names. */
+#ifndef LOOM_AUTOGRAD_GRAD_RULES_H
+#define LOOM_AUTOGRAD_GRAD_RULES_H
+#include "autograd/grad_table.h"
 #include "autograd/node.h"
 
 #define LOOM_GRAD_RULE(name) loom_status name(loom_node *n, loom_tensor *gy, loom_tensor **gx)
@@ -30,6 +31,7 @@ LOOM_GRAD_RULE(loom_grad_view_permute);
 LOOM_GRAD_RULE(loom_grad_view_slice);
 LOOM_GRAD_RULE(loom_grad_view_expand);
 /* CNN ops (grad_rules_cnn.c) */
+LOOM_GRAD_RULE(loom_grad_conv2d);
 LOOM_GRAD_RULE(loom_grad_batch_norm);
 LOOM_GRAD_RULE(loom_grad_max_pool2d);
 LOOM_GRAD_RULE(loom_grad_avg_pool2d);

@@ -1,7 +1,7 @@
 /* grad_rules.c — backward rules, written with other ops (DESIGN.md §5).
  * They run with grad mode off inside a scope the engine opens; results that
  * the engine keeps are retained by it. */
-#include "ops/grad_rules.h"
+#include "autograd/grad_rules.h"
 
 #define SHAPE_OF(k) n->in_ndim[k], n->in_shape[k]
 #define NEED(k) (n->needs_grad[k])

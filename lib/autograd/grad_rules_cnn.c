@@ -1,8 +1,9 @@
-/* grad_rules_cnn.c — backward rules of the CNN ops (batch norm, pooling,
- * dropout, add_relu). Each brings the incoming gradient into the layout its
- * forward input had (a copy only when a consumer produced another layout),
- * so the gradient it returns keeps the model's memory format too. */
-#include "ops/grad_rules.h"
+/* grad_rules_cnn.c — backward rules of the CNN ops (conv2d, batch norm,
+ * pooling, dropout, add_relu). Each brings the incoming gradient into the
+ * layout its forward input had (a copy only when a consumer produced another
+ * layout), so the gradient it returns keeps the model's memory format too. */
+#include "autograd/grad_rules.h"
+#include "ops/conv.h"
 #include "ops/shape_rules.h"
 
 #define NEED(k) (n->needs_grad[k])
@@ -73,5 +74,34 @@ LOOM_GRAD_RULE(loom_grad_add_relu) {
     if (NEED(k) && !a.out[k]) return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
   gx[0] = a.out[0];
   gx[1] = a.out[1];
+  return LOOM_OK;
+}
+
+/* One CONV2D_BACKWARD op computes dX, dW and db (each only when needed). */
+LOOM_GRAD_RULE(loom_grad_conv2d) {
+  loom_tensor *x = n->saved_in[0], *w = n->saved_in[1], *y = n->saved_out[0];
+  /* The kernels read gy in x's memory format (the usual case: it comes from
+   * ops that keep their input's format); anything else is converted once. */
+  loom_memory_format fx = loom_tensor_memory_format(x);
+  loom_tensor *g = gy;
+  if (!loom_conv_same_layout(gy, x) || gy->dtype != x->dtype) {
+    g = loom_to_memory_format(gy->dtype != x->dtype ? loom_cast(gy, x->dtype) : gy, fx);
+    if (!g) return loom_last_status();
+  }
+  bool relu = n->args.i[LOOM_CONV_I_ACT] == LOOM_ACT_RELU;
+  loom_op_args a = {.in = {g, x, w, relu ? y : NULL}, .n_in = relu ? 4 : 3};
+  for (int k = 0; k <= LOOM_CONV_I_ACT; k++) a.i[k] = n->args.i[k];
+  bool has_b = n->n_in > 2;
+  a.i[LOOM_CONV_I_NEED_DX] = n->needs_grad[0];
+  a.i[LOOM_CONV_I_NEED_DW] = n->needs_grad[1];
+  a.i[LOOM_CONV_I_NEED_DB] = has_b && n->needs_grad[2];
+  a.i[LOOM_CONV_I_GY_OWNED] = g == gy ? n->gy_exclusive : true;
+  loom_op_run(LOOM_OP_CONV2D_BACKWARD, &a);  /* out[0] is NULL when dX is skipped: check each output */
+  bool ok = (!n->needs_grad[0] || a.out[0]) && (!n->needs_grad[1] || a.out[1]) &&
+            (!a.i[LOOM_CONV_I_NEED_DB] || a.out[2]);
+  if (!ok) return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
+  gx[0] = a.out[0];
+  gx[1] = a.out[1];
+  if (has_b) gx[2] = a.out[2];
   return LOOM_OK;
 }
