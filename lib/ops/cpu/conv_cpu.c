@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/cpu/conv_cpu.h"
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 
@@ -137,6 +138,7 @@ static loom_status geom_of(const loom_op_args *a, loom_tensor *x, loom_tensor *w
 }
 
 loom_status loom_cpu_conv2d(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
   loom_conv_geom g;
   LOOM_TRY(geom_of(a, x, w, b, &g));
@@ -230,6 +232,7 @@ static void bias_grad(const loom_conv_geom *g, const float *dz, float *db) {
 }
 
 loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *y = a->n_in > 3 ? a->in[3] : NULL;
   loom_tensor *dx = a->out[0], *dw = a->out[1], *db = a->out[2];
   loom_conv_geom g;

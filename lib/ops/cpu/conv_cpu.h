@@ -40,8 +40,9 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
 
 /* Which instruction set the direct kernels use: "avx512", "avx2", "none"
  * (no direct or depthwise kernels: the dispatch of a CPU without AVX2, i.e.
- * the 1x1 and im2col + GEMM paths), or NULL for the best this CPU runs
- * (tests cover each the machine has). Returns false, changing nothing, when
+ * the 1x1 and im2col + GEMM paths), or NULL to follow the CPU kernels'
+ * instruction set (cpu_isa.h; "scalar" there is "none" here); tests cover
+ * each the machine has. Returns false, changing nothing, when
  * the CPU cannot run it. Global; flip between calls. loom_conv_cpu_isa_name:
  * "avx512", "avx2" or "none". */
 bool loom_conv_cpu_select_isa(const char *name);

@@ -30,6 +30,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/conv_direct_kern.h"
+#include "ops/cpu/cpu_isa.h"
 
 static inline int64_t ru16(int64_t v) { return (v + 15) / 16 * 16; }
 static inline int64_t ru(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -49,16 +50,19 @@ static bool isa_runs(const loom_conv_isa *is) {
   return false;
 }
 
-static _Atomic(const loom_conv_isa *) g_isa = NULL;  /* NULL: the best this CPU runs */
+static _Atomic(const loom_conv_isa *) g_isa = NULL;  /* NULL: the CPU kernels' instruction set */
 static const loom_conv_isa g_no_isa;                  /* "none": no direct kernels */
 
 static const loom_conv_isa *cur_isa(void) {
   const loom_conv_isa *is = atomic_load_explicit(&g_isa, memory_order_acquire);
   if (is == &g_no_isa) return NULL;
   if (is) return is;
-  static int best = -1;  /* 0 none, 1 avx2, 2 avx512; racing first calls agree */
-  if (best < 0) best = isa_runs(&loom_conv_isa_avx512) ? 2 : isa_runs(&loom_conv_isa_avx2) ? 1 : 0;
-  return best == 2 ? &loom_conv_isa_avx512 : best == 1 ? &loom_conv_isa_avx2 : NULL;
+  switch (loom_cpu_isa_level_now()) {
+    case LOOM_CPU_ISA_AVX512: is = &loom_conv_isa_avx512; break;
+    case LOOM_CPU_ISA_AVX2: is = &loom_conv_isa_avx2; break;
+    case LOOM_CPU_ISA_SCALAR: return NULL;
+  }
+  return isa_runs(is) ? is : NULL;  /* npb == 0 where the ISA was not compiled */
 }
 
 bool loom_conv_cpu_select_isa(const char *name) {
