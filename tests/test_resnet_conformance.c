@@ -145,15 +145,16 @@ static void run_case(const conf_case *k) {
   snprintf(in_path, sizeof in_path, "%s/in.safetensors", dir);
   snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
 
+  loom_scope_begin();  /* owns the batches and what is read from the reference */
   loom_manual_seed(2023);
   loom_module *m = build(k);
   const int np = loom_module_num_params(m), nb = loom_module_num_buffers(m);
   loom_tensor *xs[STEPS + 1], *ys[STEPS + 1];
   int64_t sx[4] = {k->batch, 3, k->image, k->image}, labels[16];
   for (int s = 0; s <= STEPS; s++) {
-    xs[s] = loom_tensor_retain(loom_randn(4, sx, LOOM_F32, loom_cpu()));
+    xs[s] = loom_randn(4, sx, LOOM_F32, loom_cpu());
     for (int64_t i = 0; i < k->batch; i++) labels[i] = (i * 7 + s * 3) % 10;
-    ys[s] = loom_tensor_retain(loom_from_host(labels, 1, &k->batch, LOOM_I64, loom_cpu()));
+    ys[s] = loom_from_host(labels, 1, &k->batch, LOOM_I64, loom_cpu());
   }
 
   /* loom: STEPS SGD steps from its own initialisation. */
@@ -291,10 +292,10 @@ static void run_case(const conf_case *k) {
   for (int i = 0; i < np; i++) free(grads[i]);
   for (int i = 0; i < nb; i++) free(bufs[i]);
   free(grads), free(bufs), free(logits), free(logits_eval), free(tv_logits), free(params);
-  for (int s = 0; s <= STEPS; s++) loom_tensor_release(xs[s]), loom_tensor_release(ys[s]);
   loom_optimizer_free(opt);
   loom_module_free(m);
   loom_module_free(m2);
+  loom_scope_end();
   tk_tmpdir_remove(dir);
   tk_leak_check();
 }
