@@ -57,12 +57,12 @@ Test(cpu_config, threads) {
 
 /* A conv2d + matmul on the CPU: LOOM_OK or the first error. */
 static loom_status conv_and_matmul(void) {
-  int64_t sx[4] = {1, 3, 5, 5}, sw[4] = {4, 3, 3, 3}, sa[2] = {3, 4};
+  int64_t sx[4] = {1, 3, 5, 5}, sw[4] = {4, 3, 3, 3}, sa[2] = {3, 4}, sb[2] = {4, 5};
   loom_scope_begin();
   loom_status st = LOOM_OK;
   if (!loom_conv2d(loom_ones(4, sx, LOOM_F32, loom_cpu()), loom_ones(4, sw, LOOM_F32, loom_cpu()), NULL, NULL))
     st = loom_last_status();
-  else if (!loom_matmul(loom_ones(2, sa, LOOM_F32, loom_cpu()), loom_ones(2, sa + 1, LOOM_F32, loom_cpu())))
+  else if (!loom_matmul(loom_ones(2, sa, LOOM_F32, loom_cpu()), loom_ones(2, sb, LOOM_F32, loom_cpu())))
     st = loom_last_status();
   loom_scope_end();
   return st;
