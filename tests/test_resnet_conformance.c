@@ -25,13 +25,15 @@
  * only a comparison at one shared point can hold loom to float32 rounding.
  *
  * Tolerance, per tensor, on max|loom - torch64| / max|torch64|: 1e-4
- * (2e-4 for gradients), or 8x what PyTorch's own float32 run deviates from
- * its float64 one, whichever is larger. The second term is for the deep
- * networks' early-layer weight gradients, which BatchNorm's backward computes
- * with heavy cancellation: there float32 itself (PyTorch's as loom's) gets
- * only two or three digits. The test logs the worst of each kind and the
- * largest ratio to PyTorch's float32 error. The instruction set in force
- * applies (ctest runs this under avx2 and scalar too). */
+ * (2e-4 for gradients), or 8x the float32 error scale, whichever is larger:
+ * the scale is the largest deviation from the float64 result of PyTorch's
+ * own float32 run and of two float64 runs from inputs and state perturbed by
+ * a relative 2^-24. The second term is for the deep networks' weight
+ * gradients that BatchNorm's backward computes with heavy cancellation:
+ * there float32 itself (PyTorch's as loom's) gets only two or three digits.
+ * The test logs the worst of each kind and the largest ratio to the scale.
+ * The instruction set in force applies (ctest runs this under avx2 too; the
+ * scalar run is registered but disabled: see tests/CMakeLists.txt). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,8 +99,8 @@ typedef struct worst {
   char what[128];
 } worst;
 
-/* got against the reference `name`: within max(floor, F32_FACTOR x what
- * PyTorch's float32 run deviates); f32err.NAME holds that deviation. */
+/* got against the reference `name`: within max(floor, F32_FACTOR x how far
+ * float32-sized errors move it in PyTorch); f32err.NAME holds that. */
 static void compare(worst *w, loom_safetensors *f, const char *name, const double *got, int64_t n, double floor,
                     const char *arch) {
   int64_t m;

@@ -21,8 +21,11 @@ that float32 gets only to a few digits). OUT (safetensors) gets, as float32
   state.NAME                every buffer after that forward (running
                             statistics, num_batches_tracked)
   logits_eval               eval mode on x2
-  f32err.Q                  for each Q above: max|float32 - float64| /
-                            max|float64| of PyTorch's own float32 run ([1])
+  f32err.Q                  for each Q above, how far float32-sized errors
+                            move it: the largest of max|R - float64| /
+                            max|float64| over R = PyTorch's own float32 run
+                            and two float64 runs from inputs and state
+                            perturbed by a relative 2^-24 ([1])
 and, for the other direction, a model with PyTorch's own initialisation
 (torch.manual_seed(seed)) after two training forwards on x0, x1 (so that the
 running statistics are not 0 / 1):
@@ -102,10 +105,21 @@ def f32(t):
     return t.detach().float() if t.is_floating_point() else t.detach()
 
 
-def step(arch, shortcut, classes, state, x, y, dtype):
-    """Training forward + backward and eval forward from state, in dtype."""
+def perturbed(v, gen):
+    """v (float64) with every element moved by a relative 2^-24 at most:
+    what rounding to float32 does to an input."""
+    return v * (1 + (torch.rand(v.shape, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0 ** -24)
+
+
+def step(arch, shortcut, classes, state, x, y, dtype, gen=None):
+    """Training forward + backward and eval forward from state, in dtype;
+    with gen, the state's floats and x perturbed at float32's rounding."""
     model = build(arch, shortcut, classes)
-    model.load_state_dict({k: v if v.dtype == torch.int64 else v.to(dtype) for k, v in state.items()}, strict=True)
+    state = {k: v if v.dtype == torch.int64 else v.to(dtype) for k, v in state.items()}
+    if gen is not None:
+        state = {k: v if v.dtype == torch.int64 else perturbed(v, gen) for k, v in state.items()}
+        x = perturbed(x.to(dtype), gen)
+    model.load_state_dict(state, strict=True)
     model.to(dtype).train()
     logits = model(x.to(dtype))
     loss = F.cross_entropy(logits, y)
@@ -127,13 +141,15 @@ def main():
     arch, shortcut, classes, seed = meta["arch"], meta["shortcut"], int(meta["num_classes"]), int(meta["seed"])
     state = {k[len("start."):]: v for k, v in t.items() if k.startswith("start.")}
     ref = step(arch, shortcut, classes, state, t["x2"], t["y2"].long(), torch.float64)
-    r32 = step(arch, shortcut, classes, state, t["x2"], t["y2"].long(), torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    runs = [step(arch, shortcut, classes, state, t["x2"], t["y2"].long(), torch.float32)]
+    runs += [step(arch, shortcut, classes, state, t["x2"], t["y2"].long(), torch.float64, gen) for _ in range(2)]
     out = {}
     for k, v in ref.items():
         out[k] = f32(v)
         if v.is_floating_point():
             scale = v.abs().max().item()
-            dev = (r32[k].double() - v).abs().max().item()
+            dev = max((r[k].double() - v).abs().max().item() for r in runs)
             out["f32err." + k] = torch.tensor([dev / scale if scale > 0 else dev], dtype=torch.float32)
 
     # The other direction: PyTorch's own initialisation.
