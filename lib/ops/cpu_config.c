@@ -1,6 +1,8 @@
-/* cpu_config.c — CPU execution settings: thread count and which GEMM runs. */
+/* cpu_config.c — CPU execution settings: thread count, which GEMM runs, and
+ * the kernels' instruction set. */
 #include <omp.h>
 
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu_threads.h"
 #include "ops/op.h"
@@ -26,3 +28,13 @@ loom_status loom_set_cpu_gemm(const char *name) {
 }
 
 const char *loom_cpu_gemm_name(void) { return loom_cpu_gemm_impl(); }
+
+loom_status loom_set_cpu_isa(const char *name) {
+  loom_cpu_isa_level l;
+  bool forced;
+  LOOM_TRY(loom_cpu_isa_parse("set_cpu_isa", name, &l, &forced));
+  loom_cpu_isa_force(l, forced);
+  return LOOM_OK;
+}
+
+const char *loom_cpu_isa(void) { return loom_cpu_isa_level_name(loom_cpu_isa_level_now()); }

@@ -15,11 +15,17 @@ case changes:
 3. SGD (momentum 0.9, nesterov) over two parameter groups: group 0 lr 0.1
    weight_decay 5e-4, group 1 lr 0.05 weight_decay 0; five steps with
    gradients g[i] = sin(0.7 i + 1.3 t) (t the step), params starting at
-   p[i] = cos(0.3 i) (i counts within each parameter), computed in float64."""
+   p[i] = cos(0.3 i) (i counts within each parameter), computed in float64.
+
+The classes have forward passes too: tests/ref/resnet_conformance.py
+imports them as the PyTorch twin of loom's CIFAR-style ResNets (option A
+shortcut: the input subsampled by the stride, zero-padded with channels on
+both sides)."""
 import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class BasicBlock(nn.Module):
@@ -33,8 +39,21 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.downsample = None
+        self.stride, self.pad = stride, 0
         if (stride != 1 or inplanes != planes) and shortcut == "B":
             self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+        elif stride != 1 or inplanes != planes:
+            self.pad = (planes - inplanes) // 2
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        if self.downsample is not None:
+            sc = self.downsample(x)
+        elif self.stride != 1 or self.pad:
+            sc = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, self.pad, self.pad))
+        else:
+            sc = x
+        return self.relu(out + sc)
 
 
 class Bottleneck(nn.Module):
@@ -53,6 +72,11 @@ class Bottleneck(nn.Module):
         if stride != 1 or inplanes != planes * 4:
             self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False),
                                             nn.BatchNorm2d(planes * 4))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn3(self.conv3(self.relu(self.bn2(self.conv2(out)))))
+        return self.relu(out + (self.downsample(x) if self.downsample is not None else x))
 
 
 class ResNet(nn.Module):
@@ -77,6 +101,15 @@ class ResNet(nn.Module):
             setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(self.inplanes, num_classes)
+        self.cifar, self.stages = cifar, len(layers)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        if not self.cifar:
+            x = self.maxpool(x)
+        for i in range(self.stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
 def count(m):
@@ -90,38 +123,43 @@ def show(name, m):
           f"buf0={bs[0][0]} buf_last={bs[-1][0]}")
 
 
-show("resnet18", ResNet(BasicBlock, [2, 2, 2, 2], 1000))
-show("resnet50", ResNet(Bottleneck, [3, 4, 6, 3], 1000))
-show("resnet18_1x10", ResNet(BasicBlock, [2, 2, 2, 2], 10, in_channels=1))
-show("resnet20_B", ResNet(BasicBlock, [3, 3, 3], 10, cifar=True))
-show("resnet20_A", ResNet(BasicBlock, [3, 3, 3], 10, cifar=True, shortcut="A"))
-show("resnet56_B", ResNet(BasicBlock, [9, 9, 9], 10, cifar=True))
-show("resnet20_B_1ch", ResNet(BasicBlock, [3, 3, 3], 10, in_channels=1, cifar=True))
-r50 = ResNet(Bottleneck, [3, 4, 6, 3], 1000)
-print("resnet50 names 3..8:", [n for n, _ in r50.named_parameters()][3:9])
-print("resnet50 downsample:", [n for n, _ in r50.named_parameters() if "downsample" in n][:3])
+def main():
+    show("resnet18", ResNet(BasicBlock, [2, 2, 2, 2], 1000))
+    show("resnet50", ResNet(Bottleneck, [3, 4, 6, 3], 1000))
+    show("resnet18_1x10", ResNet(BasicBlock, [2, 2, 2, 2], 10, in_channels=1))
+    show("resnet20_B", ResNet(BasicBlock, [3, 3, 3], 10, cifar=True))
+    show("resnet20_A", ResNet(BasicBlock, [3, 3, 3], 10, cifar=True, shortcut="A"))
+    show("resnet56_B", ResNet(BasicBlock, [9, 9, 9], 10, cifar=True))
+    show("resnet20_B_1ch", ResNet(BasicBlock, [3, 3, 3], 10, in_channels=1, cifar=True))
+    r50 = ResNet(Bottleneck, [3, 4, 6, 3], 1000)
+    print("resnet50 names 3..8:", [n for n, _ in r50.named_parameters()][3:9])
+    print("resnet50 downsample:", [n for n, _ in r50.named_parameters() if "downsample" in n][:3])
 
-# 2. OneCycleLR
-p = torch.zeros(1, requires_grad=True)
-opt = torch.optim.SGD([p], lr=0.1)
-sch = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.4, total_steps=100, pct_start=0.25, anneal_strategy="cos",
-                                          div_factor=25.0, final_div_factor=1e4, cycle_momentum=False)
-lrs = []
-for t in range(100):
-    lrs.append(opt.param_groups[0]["lr"])
-    opt.step()
-    sch.step()
-print("one_cycle:", ", ".join(f"{{{t}, {lrs[t]!r}}}" for t in [0, 1, 10, 23, 24, 25, 50, 98, 99]))
+    # 2. OneCycleLR
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=0.1)
+    sch = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.4, total_steps=100, pct_start=0.25, anneal_strategy="cos",
+                                              div_factor=25.0, final_div_factor=1e4, cycle_momentum=False)
+    lrs = []
+    for t in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sch.step()
+    print("one_cycle:", ", ".join(f"{{{t}, {lrs[t]!r}}}" for t in [0, 1, 10, 23, 24, 25, 50, 98, 99]))
 
-# 3. SGD nesterov over two groups
-torch.set_default_dtype(torch.float64)
-a = torch.tensor([math.cos(0.3 * i) for i in range(5)], requires_grad=True)
-b = torch.tensor([math.cos(0.3 * i) for i in range(3)], requires_grad=True)
-opt = torch.optim.SGD([{"params": [a], "lr": 0.1, "weight_decay": 5e-4}, {"params": [b], "lr": 0.05, "weight_decay": 0.0}],
-                      lr=0.1, momentum=0.9, nesterov=True)
-for t in range(5):
-    a.grad = torch.tensor([math.sin(0.7 * i + 1.3 * t) for i in range(5)])
-    b.grad = torch.tensor([math.sin(0.7 * i + 1.3 * t) for i in range(3)])
-    opt.step()
-print("sgd_groups a:", ", ".join(repr(v) for v in a.tolist()))
-print("sgd_groups b:", ", ".join(repr(v) for v in b.tolist()))
+    # 3. SGD nesterov over two groups
+    torch.set_default_dtype(torch.float64)
+    a = torch.tensor([math.cos(0.3 * i) for i in range(5)], requires_grad=True)
+    b = torch.tensor([math.cos(0.3 * i) for i in range(3)], requires_grad=True)
+    opt = torch.optim.SGD([{"params": [a], "lr": 0.1, "weight_decay": 5e-4}, {"params": [b], "lr": 0.05, "weight_decay": 0.0}],
+                          lr=0.1, momentum=0.9, nesterov=True)
+    for t in range(5):
+        a.grad = torch.tensor([math.sin(0.7 * i + 1.3 * t) for i in range(5)])
+        b.grad = torch.tensor([math.sin(0.7 * i + 1.3 * t) for i in range(3)])
+        opt.step()
+    print("sgd_groups a:", ", ".join(repr(v) for v in a.tolist()))
+    print("sgd_groups b:", ", ".join(repr(v) for v in b.tolist()))
+
+
+if __name__ == "__main__":
+    main()

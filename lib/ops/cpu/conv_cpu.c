@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/cpu/conv_cpu.h"
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 
@@ -84,24 +85,50 @@ static void out_done(loom_tensor *t, float *p) {
 /* The fastest path that handles g: depthwise kernels, the direct kernels,
  * 1x1 GEMMs (where no direct kernel runs: they lose to the AVX-512 ones), or
  * im2col + GEMM (everything). */
+loom_conv_path loom_conv_cpu_choose(const loom_conv_geom *g) {
+  if (loom_conv_depthwise_applies(g)) return LOOM_CONV_PATH_DEPTHWISE;
+  if (loom_conv_direct_applies(g)) return LOOM_CONV_PATH_DIRECT;
+  if (loom_conv_pointwise_applies(g)) return LOOM_CONV_PATH_POINTWISE;
+  return LOOM_CONV_PATH_GEMM;
+}
+
+const char *loom_conv_path_name(loom_conv_path p) {
+  switch (p) {
+    case LOOM_CONV_PATH_DEPTHWISE: return "depthwise";
+    case LOOM_CONV_PATH_DIRECT: return "direct";
+    case LOOM_CONV_PATH_POINTWISE: return "pointwise";
+    case LOOM_CONV_PATH_GEMM: return "gemm";
+  }
+  return "?";
+}
+
 static loom_status run_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y) {
-  if (loom_conv_depthwise_applies(g)) return loom_conv_depthwise_forward(g, x, w, b, y);
-  if (loom_conv_direct_applies(g)) return loom_conv_direct_forward(g, x, w, b, y);
-  if (loom_conv_pointwise_applies(g)) return loom_conv_pointwise_forward(g, x, w, b, y);
+  switch (loom_conv_cpu_choose(g)) {
+    case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_forward(g, x, w, b, y);
+    case LOOM_CONV_PATH_DIRECT: return loom_conv_direct_forward(g, x, w, b, y);
+    case LOOM_CONV_PATH_POINTWISE: return loom_conv_pointwise_forward(g, x, w, b, y);
+    case LOOM_CONV_PATH_GEMM: break;
+  }
   return loom_conv_gemm_forward(g, x, w, b, y);
 }
 
 static loom_status run_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
-  if (loom_conv_depthwise_applies(g)) return loom_conv_depthwise_backward_data(g, dy, w, dx);
-  if (loom_conv_direct_applies(g)) return loom_conv_direct_backward_data(g, dy, w, dx);
-  if (loom_conv_pointwise_applies(g)) return loom_conv_pointwise_backward_data(g, dy, w, dx);
+  switch (loom_conv_cpu_choose(g)) {
+    case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_backward_data(g, dy, w, dx);
+    case LOOM_CONV_PATH_DIRECT: return loom_conv_direct_backward_data(g, dy, w, dx);
+    case LOOM_CONV_PATH_POINTWISE: return loom_conv_pointwise_backward_data(g, dy, w, dx);
+    case LOOM_CONV_PATH_GEMM: break;
+  }
   return loom_conv_gemm_backward_data(g, dy, w, dx);
 }
 
 static loom_status run_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
-  if (loom_conv_depthwise_applies(g)) return loom_conv_depthwise_backward_filter(g, x, dy, dw);
-  if (loom_conv_direct_applies(g)) return loom_conv_direct_backward_filter(g, x, dy, dw);
-  if (loom_conv_pointwise_applies(g)) return loom_conv_pointwise_backward_filter(g, x, dy, dw);
+  switch (loom_conv_cpu_choose(g)) {
+    case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_backward_filter(g, x, dy, dw);
+    case LOOM_CONV_PATH_DIRECT: return loom_conv_direct_backward_filter(g, x, dy, dw);
+    case LOOM_CONV_PATH_POINTWISE: return loom_conv_pointwise_backward_filter(g, x, dy, dw);
+    case LOOM_CONV_PATH_GEMM: break;
+  }
   return loom_conv_gemm_backward_filter(g, x, dy, dw);
 }
 
@@ -111,6 +138,7 @@ static loom_status geom_of(const loom_op_args *a, loom_tensor *x, loom_tensor *w
 }
 
 loom_status loom_cpu_conv2d(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
   loom_conv_geom g;
   LOOM_TRY(geom_of(a, x, w, b, &g));
@@ -204,6 +232,7 @@ static void bias_grad(const loom_conv_geom *g, const float *dz, float *db) {
 }
 
 loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *y = a->n_in > 3 ? a->in[3] : NULL;
   loom_tensor *dx = a->out[0], *dw = a->out[1], *db = a->out[2];
   loom_conv_geom g;

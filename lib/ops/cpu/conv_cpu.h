@@ -11,6 +11,18 @@
 
 #include "ops/conv.h"
 
+/* The paths below, and the one conv_cpu.c runs for g (the same for all three
+ * passes): the first that applies of depthwise, direct, 1x1 and im2col +
+ * GEMM, which takes every valid geometry. */
+typedef enum loom_conv_path {
+  LOOM_CONV_PATH_DEPTHWISE,
+  LOOM_CONV_PATH_DIRECT,
+  LOOM_CONV_PATH_POINTWISE,
+  LOOM_CONV_PATH_GEMM,
+} loom_conv_path;
+loom_conv_path loom_conv_cpu_choose(const loom_conv_geom *g);
+const char *loom_conv_path_name(loom_conv_path p);
+
 /* im2col / col2im on loom's built-in GEMM (any geometry; the general path).
  * y = act(conv(x, w) + b); dx = conv_transpose(dy, w) (dx overwritten);
  * dw = correlation of x and dy (dw overwritten). */
@@ -18,9 +30,9 @@ loom_status loom_conv_gemm_forward(const loom_conv_geom *g, const float *x, cons
 loom_status loom_conv_gemm_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
 loom_status loom_conv_gemm_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
 
-/* Direct AVX-512 kernels (conv_direct.c): same contracts as the GEMM path.
- * loom_conv_direct_applies says whether they run here (CPU support, group
- * widths, kernel size, and not forced off). */
+/* Direct AVX-512 / AVX2 kernels (conv_direct.c): same contracts as the GEMM
+ * path, any channel count. loom_conv_direct_applies says whether they run
+ * here (CPU support, group widths, kernel size, and not forced off). */
 bool loom_conv_direct_applies(const loom_conv_geom *g);
 loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y);
 loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
@@ -28,8 +40,9 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
 
 /* Which instruction set the direct kernels use: "avx512", "avx2", "none"
  * (no direct or depthwise kernels: the dispatch of a CPU without AVX2, i.e.
- * the 1x1 and im2col + GEMM paths), or NULL for the best this CPU runs
- * (tests cover each the machine has). Returns false, changing nothing, when
+ * the 1x1 and im2col + GEMM paths), or NULL to follow the CPU kernels'
+ * instruction set (cpu_isa.h; "scalar" there is "none" here); tests cover
+ * each the machine has. Returns false, changing nothing, when
  * the CPU cannot run it. Global; flip between calls. loom_conv_cpu_isa_name:
  * "avx512", "avx2" or "none". */
 bool loom_conv_cpu_select_isa(const char *name);

@@ -5,7 +5,8 @@
  *
  * Forward: for each output row, tiles of MR pixels x up to 64 output
  *   channels accumulate over the KH*KW taps and the input channels, with
- *   bias and ReLU applied before the tile's single store.
+ *   bias and ReLU applied before the tile's single store; any number of
+ *   output channels is a loop over such blocks.
  * Backward-data: the same kernel on the padded output gradient, the weight
  *   transposed to [tap][o][c]. A stride s splits dX into s*s phases (the
  *   pixels whose row and column have one remainder mod s); each phase is a
@@ -29,6 +30,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/conv_direct_kern.h"
+#include "ops/cpu/cpu_isa.h"
 
 static inline int64_t ru16(int64_t v) { return (v + 15) / 16 * 16; }
 static inline int64_t ru(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -48,16 +50,19 @@ static bool isa_runs(const loom_conv_isa *is) {
   return false;
 }
 
-static _Atomic(const loom_conv_isa *) g_isa = NULL;  /* NULL: the best this CPU runs */
+static _Atomic(const loom_conv_isa *) g_isa = NULL;  /* NULL: the CPU kernels' instruction set */
 static const loom_conv_isa g_no_isa;                  /* "none": no direct kernels */
 
 static const loom_conv_isa *cur_isa(void) {
   const loom_conv_isa *is = atomic_load_explicit(&g_isa, memory_order_acquire);
   if (is == &g_no_isa) return NULL;
   if (is) return is;
-  static int best = -1;  /* 0 none, 1 avx2, 2 avx512; racing first calls agree */
-  if (best < 0) best = isa_runs(&loom_conv_isa_avx512) ? 2 : isa_runs(&loom_conv_isa_avx2) ? 1 : 0;
-  return best == 2 ? &loom_conv_isa_avx512 : best == 1 ? &loom_conv_isa_avx2 : NULL;
+  switch (loom_cpu_isa_level_now()) {
+    case LOOM_CPU_ISA_AVX512: is = &loom_conv_isa_avx512; break;
+    case LOOM_CPU_ISA_AVX2: is = &loom_conv_isa_avx2; break;
+    case LOOM_CPU_ISA_SCALAR: return NULL;
+  }
+  return isa_runs(is) ? is : NULL;  /* npb == 0 where the ISA was not compiled */
 }
 
 bool loom_conv_cpu_select_isa(const char *name) {
@@ -92,18 +97,21 @@ static int threads_for(int64_t work) {
 }
 
 /* ---- kernel choice ------------------------------------------------------------ */
-/* Split nvec output vectors into blocks of at most maxb, as even as possible. */
-static int vec_blocks(int64_t nvec, int maxb, int *first, int *size) {
-  int nb = (int)((nvec + maxb - 1) / maxb), at = 0;
-  for (int b = 0; b < nb; b++) {
-    int64_t left = nvec - at, parts = nb - b;
-    int s = (int)((left + parts - 1) / parts);
-    first[b] = at;
-    size[b] = s;
-    at += s;
-  }
-  return nb;
+/* nvec output vectors in nb = ceil(nvec / maxb) blocks, as even as possible:
+ * the first r blocks have q + 1 vectors, the rest q. Any channel count: the
+ * blocks are computed, not stored, and have at most two sizes. */
+typedef struct vec_blocks {
+  int64_t nb, q, r;
+} vec_blocks;
+
+static vec_blocks split_vecs(int64_t nvec, int64_t maxb) {
+  vec_blocks v = {(nvec + maxb - 1) / maxb, 0, 0};
+  v.q = nvec / v.nb;
+  v.r = nvec % v.nb;
+  return v;
 }
+static int64_t vb_first(const vec_blocks *v, int64_t b) { return b * v->q + (b < v->r ? b : v->r); }
+static int vb_size(const vec_blocks *v, int64_t b) { return (int)(v->q + (b < v->r ? 1 : 0)); }
 
 /* The pixel-broadcast kernel for a block of ovb vectors over rows of width
  * pixels with pitch ps: the exact-pitch variant if there is one, else the
@@ -125,6 +133,16 @@ static const loom_pb_kernel *pick_pb(const loom_conv_isa *is, int ovb, int64_t w
     }
   }
   return best;
+}
+
+/* The kernels for both block sizes of v (q and q + 1 vectors): kern[0] for
+ * size q, kern[1] for q + 1; false if a size has none (cannot happen for
+ * sizes 1..maxb, which every instruction set has). */
+static bool pick_pb_blocks(const loom_conv_isa *is, const vec_blocks *v, int64_t width, int64_t ps, int64_t steps,
+                           const loom_pb_kernel *kern[2]) {
+  kern[0] = v->q > 0 ? pick_pb(is, (int)v->q, width, ps, steps) : NULL;
+  kern[1] = v->r > 0 ? pick_pb(is, (int)v->q + 1, width, ps, steps) : NULL;
+  return (v->q == 0 || kern[0]) && (v->r == 0 || kern[1]);
 }
 
 /* Channel-broadcast kernel for Cg channels x nvec vectors (its vector count
@@ -156,14 +174,10 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
   const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, P = g->OH * g->OW, ps = g->sw * Cp;
   const int64_t xfl = Hp * Wp * Cp + 32 * ps + 64;  /* slack: tail tiles read past the last row */
   const bool relu = g->act == LOOM_ACT_RELU;
-  int first[16], size[16];
-  if (Ogp / VL > 16 * maxb) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: too many output channels per group for the direct path");
-  const int nb = vec_blocks(Ogp / VL, (int)maxb, first, size);
-  const loom_pb_kernel *kern[16];
-  for (int k = 0; k < nb; k++) {
-    kern[k] = pick_pb(is, size[k], g->OW, ps, T * Cg);
-    if (!kern[k]) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: no direct kernel for %d vectors", size[k]);
-  }
+  const vec_blocks vb = split_vecs(Ogp / VL, maxb);
+  const loom_pb_kernel *kern[2];
+  if (!pick_pb_blocks(is, &vb, g->OW, ps, T * Cg, kern))
+    return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: no direct kernel for blocks of %lld vectors", (long long)vb.q);
   int nt = threads_for(g->N);
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * g->O));  /* keeps every thread's buffer 64-byte aligned */
   float *wpk = loom_conv_alloc_f(g->G * T * Cg * Ogp), *bufs = loom_conv_alloc_f(nt * per);
@@ -191,12 +205,13 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
       loom_conv_fill_padded(x + n * g->C * g->H * g->W, g->nhwc, g->C, g->H, g->W, xin, Wp, Cp, g->ph, g->pw);
       float *yimg = g->nhwc ? y + n * P * g->O : ytmp;
       for (int64_t gi = 0; gi < g->G; gi++)
-        for (int k = 0; k < nb; k++) {
-          const loom_pb_kernel *kn = kern[k];
-          const int64_t o0 = first[k] * VL;
+        for (int64_t k = 0; k < vb.nb; k++) {
+          const int size = vb_size(&vb, k);
+          const loom_pb_kernel *kn = kern[size > vb.q];
+          const int64_t o0 = vb_first(&vb, k) * VL;
           for (int64_t t = 0; t < T; t++) wt[t] = wpk + (gi * T + t) * Cg * Ogp + o0;
           loom_pb_args a = {.xoff = xoff, .w = wt, .ntaps = (int)T, .K = Cg, .ws = Ogp, .ps = ps, .yps = g->O,
-                            .lastmask = lanes_mask(Og - (o0 + (size[k] - 1) * VL)),
+                            .lastmask = lanes_mask(Og - (o0 + (size - 1) * VL)),
                             .bias = b ? b + gi * Og + o0 : NULL, .relu = relu};
           for (int64_t oh = 0; oh < g->OH; oh++)
             for (int64_t ow = 0; ow < g->OW; ow += kn->mr) {
@@ -246,16 +261,13 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
   phase_margins(g->W, g->OW, g->KW, sw, g->pw, g->dw, &lo_w, &hi_w);
   const int64_t Hy = g->OH + lo_h + hi_h, Wy = g->OW + lo_w + hi_w;
   const int64_t yfl = Hy * Wy * Op + 32 * Op + 64;
-  int first[16], size[16];
-  if (Cgp / VL > 16 * maxb) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: too many channels per group for the direct path");
-  const int nb = vec_blocks(Cgp / VL, (int)maxb, first, size);
+  const vec_blocks vb = split_vecs(Cgp / VL, maxb);
   /* Phase widths are ceil((W - r) / sw): all within one pixel of the first. */
   const int64_t tw0 = (g->W + sw - 1) / sw, taps_per_phase = T / (sh * sw) > 0 ? T / (sh * sw) : 1;
-  const loom_pb_kernel *kern[16];
-  for (int k = 0; k < nb; k++) {
-    kern[k] = pick_pb(is, size[k], tw0, Op, taps_per_phase * Og);
-    if (!kern[k]) return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: no direct kernel for %d vectors", size[k]);
-  }
+  const loom_pb_kernel *kern[2];
+  if (!pick_pb_blocks(is, &vb, tw0, Op, taps_per_phase * Og, kern))
+    return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: no direct kernel for blocks of %lld vectors",
+                          (long long)vb.q);
   int nt = threads_for(g->N);
   const int64_t per = ru16(yfl + (g->nhwc ? 0 : g->H * g->W * g->C));  /* keeps every thread's buffer 64-byte aligned */
   float *wpk = loom_conv_alloc_f(g->G * T * Og * Cgp), *bufs = loom_conv_alloc_f(nt * per);
@@ -299,12 +311,13 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
             }
           }
           for (int64_t gi = 0; gi < g->G; gi++)
-            for (int k = 0; k < nb; k++) {
-              const loom_pb_kernel *kn = kern[k];
-              const int64_t c0 = first[k] * VL;
+            for (int64_t k = 0; k < vb.nb; k++) {
+              const int size = vb_size(&vb, k);
+              const loom_pb_kernel *kn = kern[size > vb.q];
+              const int64_t c0 = vb_first(&vb, k) * VL;
               for (int j = 0; j < ntp; j++) wt[j] = wpk + (gi * T + tap[j]) * Og * Cgp + c0;
               loom_pb_args a = {.xoff = xoff, .w = wt, .ntaps = ntp, .K = Og, .ws = Cgp, .ps = Op,
-                                .yps = sw * g->C, .lastmask = lanes_mask(Cg - (c0 + (size[k] - 1) * VL)),
+                                .yps = sw * g->C, .lastmask = lanes_mask(Cg - (c0 + (size - 1) * VL)),
                                 .bias = NULL, .relu = false};
               for (int64_t t = 0; t < th; t++)
                 for (int64_t u = 0; u < tw; u += kn->mr) {

@@ -32,6 +32,7 @@ static void valid_range(int64_t OW, int64_t W, int64_t s, int64_t p, int64_t kd,
   int64_t l = a <= 0 ? 0 : (a + s - 1) / s;
   int64_t h = cdiv_floor(W - 1 + p - kd, s) + 1; /* ow*s <= W-1+p-kd */
   if (h > OW) h = OW;
+  if (h < 0) h = 0;  /* the tap lies left of the input for every column (padding wider than W) */
   if (l > h) l = h;
   *lo = l;
   *hi = h;

@@ -2,12 +2,13 @@
  * convolution kernels (conv_direct.c, conv_depthwise.c): a zero-padded
  * channels-last copy of one image from either format, and NCHW planes to
  * and from pixel rows. The transposes go through 16 x 16 blocks held in
- * AVX-512 registers (the kernels that call them need AVX-512 anyway); a
- * scalar version covers other CPUs. */
+ * AVX-512 registers when the CPU kernels' instruction set is AVX-512
+ * (cpu_isa.h); a scalar version covers the others. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/cpu/conv_cpu.h"
+#include "ops/cpu/cpu_isa.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -19,14 +20,7 @@ float *loom_conv_alloc_f(int64_t n) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-static int has_avx512(void) {
-  static int cached = -1;
-  if (cached < 0) {
-    __builtin_cpu_init();
-    cached = __builtin_cpu_supports("avx512f");
-  }
-  return cached;
-}
+static int has_avx512(void) { return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX512; }
 
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
 

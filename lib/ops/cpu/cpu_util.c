@@ -1,6 +1,7 @@
 /* cpu_util.c — dtype conversion runs and strided iteration for CPU kernels. */
 #include <stdint.h>
 
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/elementwise_math.h"
 #include "core/half.h"
@@ -12,13 +13,15 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+/* F16C where the CPU has it and the kernels' instruction set is AVX2 or
+ * wider (LOOM_CPU_ISA=scalar: the portable conversion). */
 static int has_f16c(void) {
   static int cached = -1;
   if (cached < 0) {
     __builtin_cpu_init();
     cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
   }
-  return cached;
+  return cached && loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2;
 }
 
 __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint16_t *s, float *d, int64_t n) {

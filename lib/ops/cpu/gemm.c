@@ -13,10 +13,12 @@
  * micro-kernel with the same k order, whichever thread computes it, so results
  * are bit-identical for any thread count.
  *
- * The micro-kernel is chosen at run time (AVX-512, AVX2+FMA, or portable C),
- * because the library is compiled for baseline x86-64 and must run anywhere. */
+ * The micro-kernel is chosen at run time (AVX-512, AVX2+FMA, or portable C)
+ * by the CPU kernels' instruction set (cpu_isa.h), because the library is
+ * compiled for baseline x86-64 and must run anywhere. */
 #include "ops/cpu/gemm.h"
 #include "loom/log.h"
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/gemm_internal.h"
 
 #include <limits.h>
@@ -75,38 +77,37 @@ static const loom_gemm_kernel k_unpacked = {"unpacked", 1, 1, 1, 1, 1, NULL};
 enum { MAX_MR = 12, MAX_NR = 32 };
 
 /* ------------------------------------------------------------------------ */
-/* Global switches. Atomics: ops may run GEMMs from several threads. */
+/* Global switches. Atomics: ops may run GEMMs from several threads.
+ * g_kernel: a kernel forced by loom_cpu_gemm_select_builtin (tests,
+ * benchmarks); NULL: the one of the current instruction set. */
 static _Atomic(const loom_gemm_kernel *) g_kernel = NULL;
 static atomic_bool g_force_builtin = false;
 static atomic_int g_policy_set = 0;  /* 0: auto not decided yet */
 static atomic_int g_threads = 0;
 
-static const loom_gemm_kernel *best_kernel(void)
+/* The kernel of instruction-set level l. */
+static const loom_gemm_kernel *kernel_of(loom_cpu_isa_level l)
 {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return &k_avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &k_avx2;
+  if (l == LOOM_CPU_ISA_AVX512) return &k_avx512;
+  if (l == LOOM_CPU_ISA_AVX2) return &k_avx2;
 #endif
+  (void)l;
   return &k_generic;
 }
 
 static const loom_gemm_kernel *current_kernel(void)
 {
   const loom_gemm_kernel *k = atomic_load_explicit(&g_kernel, memory_order_acquire);
-  if (!k) {
-    /* Racing first calls compute the same answer; whichever store wins is fine. */
-    k = best_kernel();
-    atomic_store_explicit(&g_kernel, k, memory_order_release);
-  }
-  return k;
+  return k ? k : kernel_of(loom_cpu_isa_level_now());
 }
 
 bool loom_cpu_gemm_select_builtin(const char *name)
 {
   const loom_gemm_kernel *k = NULL;
   if (!name) {
-    k = best_kernel();
+    atomic_store_explicit(&g_kernel, NULL, memory_order_release);
+    return true;
   } else if (strcmp(name, "generic") == 0) {
     k = &k_generic;
   } else if (strcmp(name, "unpacked") == 0) {
@@ -114,11 +115,9 @@ bool loom_cpu_gemm_select_builtin(const char *name)
   }
 #if defined(__x86_64__)
   else if (strcmp(name, "avx2") == 0) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) k = &k_avx2;
+    if (loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) k = &k_avx2;
   } else if (strcmp(name, "avx512") == 0) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) k = &k_avx512;
+    if (loom_cpu_isa_runs(LOOM_CPU_ISA_AVX512)) k = &k_avx512;
   }
 #endif
   if (!k) return false;
@@ -137,12 +136,9 @@ void loom_cpu_gemm_force_builtin(bool on) {
  * (30-40 GFLOP/s vs 200+ for the built-in AVX-512 kernel), and its thread
  * pool competes with OpenMP's spinning workers for the cores. */
 static bool auto_prefers_builtin(void) {
-#if defined(__x86_64__)
-  const loom_gemm_kernel *k = best_kernel();
-  return k == &k_avx512 || k == &k_avx2;
-#else
-  return false;
-#endif
+  /* The CPU's widest, not the forced level: LOOM_CPU_ISA=scalar means loom's
+   * portable kernels, not OpenBLAS's. */
+  return loom_cpu_isa_best() >= LOOM_CPU_ISA_AVX2;
 }
 
 static void decide_policy(void) {
@@ -275,14 +271,7 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
 /* Pack one NR-column sliver: cols [j0, j0+n) x rows [k0, k0+kc) of op(B),
    as kc groups of NR floats (cols past n are 0). */
 #if defined(__x86_64__)
-static int has_avx2(void) {
-  static int cached = -1;
-  if (cached < 0) {
-    __builtin_cpu_init();
-    cached = __builtin_cpu_supports("avx2");
-  }
-  return cached;
-}
+static int has_avx2(void) { return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2; }
 #endif
 
 static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t j0, int64_t n,

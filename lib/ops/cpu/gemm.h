@@ -34,9 +34,10 @@ void loom_cpu_gemm_force_builtin(bool on);
 void loom_cpu_gemm_set_threads(int n);
 
 /* Internal: pick the built-in micro-kernel by name ("avx512", "avx2",
-   "generic"; "unpacked" = the no-memory fallback loop; NULL = best this CPU
-   supports). Returns false, changing nothing,
-   if the CPU cannot run it. Lets the tests cover every kernel the machine has. */
+   "generic"; "unpacked" = the no-memory fallback loop; NULL = the kernel of
+   the current instruction set, cpu_isa.h: the default). Returns false,
+   changing nothing, if the CPU cannot run it. Lets the tests cover every
+   kernel the machine has. */
 bool loom_cpu_gemm_select_builtin(const char *name);
 
 #endif

@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm.h"
@@ -58,6 +59,7 @@ static void out_done(loom_tensor *o, float *p, int64_t n) {
 }
 
 loom_status loom_cpu_linear(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *x = a->in[0], *w = a->in[1], *bias = a->in[2], *y = a->out[0];
   int act = (int)a->i[0];
   int64_t K = x->shape[x->ndim - 1];
@@ -97,6 +99,7 @@ loom_status loom_cpu_linear(loom_op_args *a) {
 }
 
 loom_status loom_cpu_linear_backward(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *y = a->in[3];
   loom_tensor *dx = a->out[0], *dw = a->out[1], *db = a->out[2];
   int act = (int)a->i[0];

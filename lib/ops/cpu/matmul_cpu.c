@@ -6,6 +6,7 @@
  * once on store — what tensor cores do. */
 #include <stdlib.h>
 
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm.h"
@@ -49,6 +50,7 @@ static loom_status prepare(loom_tensor *t, gemm_operand *g) {
 
 
 loom_status loom_cpu_matmul(loom_op_args *a) {
+  LOOM_TRY(loom_cpu_isa_check());
   loom_tensor *x = a->in[0], *y = a->in[1], *o = a->out[0];
   bool ta = a->i[0] != 0, tb = a->i[1] != 0;
   int nd = o->ndim;

@@ -1,0 +1,18 @@
+#!/bin/sh
+# run_with_cpu_isa.sh ISA PROGRAM [ARGS...] — run a test program with
+# LOOM_CPU_ISA=ISA (avx512, avx2 or scalar); exit 77, which ctest counts as
+# skipped, when this CPU cannot run ISA.
+isa=$1
+shift
+case $isa in
+  avx512) need="avx512f" ;;
+  avx2) need="avx2 fma" ;;
+  *) need="" ;;
+esac
+for flag in $need; do
+  if ! grep -qw "$flag" /proc/cpuinfo 2>/dev/null; then
+    echo "skipped: this CPU has no $flag, needed for LOOM_CPU_ISA=$isa"
+    exit 77
+  fi
+done
+LOOM_CPU_ISA=$isa exec "$@"
