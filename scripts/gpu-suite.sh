@@ -229,15 +229,15 @@ for dt in f32 f16 bf16; do
 done
 step mlp_step_fused --gpu --needs "$B/bench/bench_mlp_step" --timeout 180 -- "'$B/bench/bench_mlp_step' --device cuda"
 step mlp_step_unfused --gpu --needs "$B/bench/bench_mlp_step" --timeout 180 -- "'$B/bench/bench_mlp_step' --device cuda --unfused"
-step mlp_vs_pytorch --gpu --needs "$B/bench/bench_mlp_step" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/run_mlp_vs_pytorch.sh' --device cuda --build '$B' --rounds 3"
-step op_overhead_vs_pytorch --gpu --needs "$B/bench/bench_op_overhead" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/run_op_overhead.sh' --device cuda --build '$B' --rounds 3 --iters 100000"
+step mlp_vs_pytorch --gpu --needs "$B/bench/bench_mlp_step" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/mlp/run_mlp_vs_pytorch.sh' --device cuda --build '$B' --rounds 3"
+step op_overhead_vs_pytorch --gpu --needs "$B/bench/bench_op_overhead" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/op_overhead/run_op_overhead.sh' --device cuda --build '$B' --rounds 3 --iters 100000"
 step amp --gpu --needs "$B/bench/bench_amp" --timeout 240 -- "'$B/bench/bench_amp' cuda"
 step alloc --gpu --needs "$B/bench/bench_alloc" --timeout 180 -- "'$B/bench/bench_alloc'"
 step loader_cuda --gpu --needs "$B/bench/bench_loader" --timeout 180 -- "'$B/bench/bench_loader' 20000 2 cuda"
 # Benchmarks other work is adding (skipped until their programs exist).
 step conv_cudnn --gpu --needs "$B/bench/bench_conv" --timeout 240 -- "'$B/bench/bench_conv' --device cuda --format nhwc --dtype f16"
 step conv_cudnn_fused --gpu --needs "$B/bench/bench_conv" --timeout 180 -- "'$B/bench/bench_conv' --device cuda --format nhwc --dtype f16 --fused"
-step resnet50_amp_vs_pytorch --gpu --needs "$B/examples/loom-resnet" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/run_resnet_vs_pytorch.sh' --device cuda --build '$B' --rounds 2 --steps 20"
+step resnet50_amp_vs_pytorch --gpu --needs "$B/examples/loom-resnet" --timeout 300 -- "LOOM_PYTHON='$PY' '$ROOT/bench/resnet/run_resnet_vs_pytorch.sh' --device cuda --build '$B' --rounds 2 --steps 20"
 step nccl_allreduce --gpu --needs "$B/bench/bench_allreduce" --timeout 180 -- "'$B/bench/bench_allreduce' --device cuda"
 step profiler_overhead --gpu --needs "$B/bench/bench_profiler" --timeout 180 -- "'$B/bench/bench_profiler' --device cuda"
 step cuda_graphs --gpu --needs "$B/bench/bench_cuda_graph" --timeout 180 -- "'$B/bench/bench_cuda_graph' --device cuda"

@@ -1,5 +1,5 @@
 /* amp.h — mixed precision: the precision policy of a model and the dynamic
- * loss scaler (DESIGN.md §6).
+ * loss scaler (docs/design.md §6).
  *
  * Policy. loom_module_set_precision(model, LOOM_PRECISION_MIXED_FP16, ...)
  * makes every Linear and Conv2d of the model run its GEMM / convolution with

@@ -1,4 +1,4 @@
-/* dist.h — data parallelism (DESIGN.md §9): communicators and data-parallel
+/* dist.h — data parallelism (docs/design.md §10): communicators and data-parallel
  * training.
  *
  * Communicators. A loom_comm is one rank of a group of ranks that run

@@ -1,7 +1,7 @@
 /* pool.h (internal) — the caching, stream-ordered pool logic, independent of
  * where memory comes from (see provider.h).
  *
- * One pool serves one device. Its policy (DESIGN.md §4, after PyTorch's
+ * One pool serves one device. Its policy (docs/design.md §4, after PyTorch's
  * CUDACachingAllocator): sizes round up to 512 B; requests of at most 1 MiB
  * come from the small pool (2 MiB segments), larger ones from the large pool
  * (20 MiB segments for requests under 10 MiB, otherwise the request rounded

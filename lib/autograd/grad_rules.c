@@ -1,4 +1,4 @@
-/* grad_rules.c — backward rules, written with other ops (DESIGN.md §5).
+/* grad_rules.c — backward rules, written with other ops (docs/design.md §5).
  * They run with grad mode off inside a scope the engine opens; results that
  * the engine keeps are retained by it. */
 #include "autograd/grad_rules.h"
@@ -132,7 +132,7 @@ LOOM_GRAD_RULE(loom_grad_linear) {
    * (the first layer). The engine owns gy exclusively when it says so, and
    * then dReLU is applied in place over it.
    *
-   * CUDA chaining (DESIGN.md §7): when this layer's input is the output of
+   * CUDA chaining (docs/design.md §7): when this layer's input is the output of
    * a fused Linear→ReLU node p whose only consumer is this node, p saved
    * its ReLU bitmask (out1). This layer's dX GEMM then applies p's dReLU and
    * computes p's bias gradient in its epilogue (DRELU_BGRAD): gx[0] is p's

@@ -18,7 +18,7 @@ loom_tensor *loom_conv2d(loom_tensor *x, loom_tensor *w, loom_tensor *b, const l
     }
     memcpy(&o, opt, opt->size);  /* an older, shorter struct keeps the defaults of later fields */
   }
-  /* x must be NCHW or NHWC (a strided view becomes NCHW: DESIGN's rule for
+  /* x must be NCHW or NHWC (a strided view becomes NCHW: the rule for
    * every CNN op); w may have any strides (the kernels gather it); b is read
    * densely. The copies are intermediates: a private scope keeps them from
    * outliving the call when the caller has no scope open. */

@@ -1,6 +1,6 @@
 /* op.h (internal) — the op table: every op has a name, a shape rule, a CPU
  * kernel and a CUDA kernel; its backward rule, written with other ops, is in
- * autograd's grad table (DESIGN.md §5). Adding an op touches one table
+ * autograd's grad table (docs/design.md §5). Adding an op touches one table
  * entry, two kernels, one grad-table entry and one case of
  * tests/test_op_sweep.c. */
 #ifndef LOOM_OPS_OP_H

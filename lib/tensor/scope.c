@@ -1,4 +1,4 @@
-/* scope.c — per-thread ownership scopes (DESIGN.md §3).
+/* scope.c — per-thread ownership scopes (docs/design.md §11).
  *
  * Inside an open scope every new tensor is owned by the innermost scope and
  * released when it ends, unless moved out with loom_keep. A training step is

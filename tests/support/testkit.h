@@ -1,5 +1,5 @@
 /* testkit.h — shared helpers for the op / autograd / nn tests:
- *  - device parameterization (DESIGN.md §10): DEVICE_TEST(suite, name)
+ *  - device parameterization (docs/design.md §12): DEVICE_TEST(suite, name)
  *    defines one body taking a loom_device and registers it twice, as
  *    suite_cpu/name and suite_cuda/name; the CUDA variant skips visibly
  *    (cr_skip_test with loom_cuda_unavailable_reason()) when no GPU exists,
