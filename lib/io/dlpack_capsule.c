@@ -21,8 +21,8 @@ loom_status loom_dlpack_set_pycapsule_api(const loom_pycapsule_api *user) {
   if (user) LOOM_TRY(LOOM_STRUCT_IN("loom_dlpack_set_pycapsule_api", loom_pycapsule_api, &api, user));
   if (!user || !api.is_valid || !api.get_pointer || !api.err_fetch || !api.err_restore)
     return loom_set_error(LOOM_ERR_INVALID_ARG,
-                          "loom_dlpack_set_pycapsule_api: give all four functions and struct_size = "
-                          "sizeof(loom_pycapsule_api)");
+                          "loom_dlpack_set_pycapsule_api: give all four functions (is_valid, get_pointer, "
+                          "err_fetch, err_restore)");
   if (atomic_load(&g_api_set)) return LOOM_OK;  /* one Python per process: the same functions */
   g_api = api;
   atomic_store(&g_api_set, true);
