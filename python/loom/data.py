@@ -3,7 +3,8 @@ import ctypes as C
 
 import numpy as np
 
-from ._lib import READ_FN, DESTROY_FN, DatasetCallbacks, LoaderOptions, LoaderStats, check, check_handle, lib, options, sized
+from ._lib import (READ_FN, DESTROY_FN, DatasetCallbacks, LoaderOptions, LoaderStats, check, check_handle, lib, options,
+                   sized)
 from .tensor import Tensor, _NUMPY, as_device, as_dtype, float32, int64, uint8
 
 
