@@ -9,7 +9,8 @@
  *    out. The tables below list every such entry point; the last test reads
  *    the public headers and fails when a struct starting with struct_size is
  *    missing from them, when an options struct has no loom_X_options_init,
- *    or when the old idioms (a `size` field, *_defaults()) come back;
+ *    or when the old idioms (a `size` field, by-value defaults functions)
+ *    come back;
  *  - loom_free gives back memory loom hands over;
  *  - LOOM_API under each build define (export.h). */
 #include <criterion/criterion.h>
