@@ -92,6 +92,16 @@ static void for_each_run(int nops, loom_tensor *const *ops, run_fn fn, const ew_
   int d = it.ndim - 1;
   int64_t st[3] = {0, 0, 0};
   for (int k = 0; k < nops; k++) st[k] = it.strides[k][d];
+  if (it.rows * it.inner < LOOM_CPU_PAR_MIN) {
+    /* Below the parallel threshold, stay out of OpenMP altogether: even an
+     * `if (false)` region enters libgomp, which costs more than a small op. */
+    for (int64_t r = 0; r < it.rows; r++) {
+      int64_t off[3];
+      loom_iter_row_offsets(&it, r, off);
+      fn(c, off, st, it.inner);
+    }
+    return;
+  }
   if (it.rows == 1) {
     int64_t n = it.inner, chunk = 16384, nchunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (n >= LOOM_CPU_PAR_MIN)
