@@ -238,6 +238,14 @@ void sw_case_batch_norm(const sw_config *c) {
     }
     ok = sw_expect(c, bn_fn(d.in, &d.eval), 4, s, want, 1, "batch_norm (evaluation)");
   }
+  if (ok && c->dtype != LOOM_F32) {
+    /* Running statistics are f32 whatever x's dtype. */
+    loom_tensor *rm16 = loom_cast(d.eval.rm, c->dtype), *rv16 = loom_cast(d.eval.rv, c->dtype);
+    loom_batch_norm_options o = loom_batch_norm_defaults();
+    o.training = false;
+    sw_expect_error(loom_batch_norm(d.in[0], rm16, rv16, d.in[1], d.in[2], &o), LOOM_ERR_DTYPE, "kept in f32",
+                    "batch_norm with 16-bit running statistics");
+  }
   free(want);
   free(relu);
   free(rm_want);
