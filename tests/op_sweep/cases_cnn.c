@@ -32,7 +32,8 @@ static const pool_def MAX_POOL = {0, 3, 2, 1, false, 0, 0, false}, MAX_CEIL = {0
 static loom_tensor *pool_fn(loom_tensor **in, void *ctx) {
   const pool_def *d = ctx;
   if (d->kind == 2) return loom_adaptive_avg_pool2d(in[0], d->oh, d->ow);
-  loom_pool2d_options o = loom_pool2d_defaults(d->k, d->k);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, d->k, d->k);
   o.stride[0] = o.stride[1] = d->s;
   o.padding[0] = o.padding[1] = d->p;
   o.count_include_pad = d->cip;

@@ -35,7 +35,8 @@ static int64_t conv_ow(const conv_geo *g) { return (g->W + 2 * g->pw - g->dil * 
 
 static loom_tensor *conv_fn(loom_tensor **in, void *ctx) {
   const conv_geo *g = ctx;
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.stride[0] = g->sh, o.stride[1] = g->sw;
   o.padding[0] = g->ph, o.padding[1] = g->pw;
   o.dilation[0] = o.dilation[1] = g->dil;
@@ -138,7 +139,8 @@ typedef struct bn_ctx {
 
 static loom_tensor *bn_fn(loom_tensor **in, void *ctx) {
   const bn_ctx *k = ctx;
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.training = k == NULL;
   return loom_batch_norm(in[0], k ? k->rm : NULL, k ? k->rv : NULL, in[1], in[2], &o);
 }
@@ -224,7 +226,8 @@ void sw_case_batch_norm(const sw_config *c) {
       snprintf(what, sizeof what, "%s: batch_norm: running var", sw_ctx);
       tk_assert_tensor(rv, 1, sc, LOOM_F32, rv_want, 1e-6, 1e-5, what);
       /* The fused ReLU (training: the batch statistics again). */
-      loom_batch_norm_options o = loom_batch_norm_defaults();
+      loom_batch_norm_options o;
+      loom_batch_norm_options_init(&o);
       o.act = LOOM_ACT_RELU;
       for (int64_t i = 0; i < n; i++) relu[i] = want[i] > 0 ? want[i] : 0;
       sw_expect(c, loom_batch_norm(d.in[0], NULL, NULL, d.in[1], d.in[2], &o), 4, s, relu, 1,
@@ -241,7 +244,8 @@ void sw_case_batch_norm(const sw_config *c) {
   if (ok && c->dtype != LOOM_F32) {
     /* Running statistics are f32 whatever x's dtype. */
     loom_tensor *rm16 = loom_cast(d.eval.rm, c->dtype), *rv16 = loom_cast(d.eval.rv, c->dtype);
-    loom_batch_norm_options o = loom_batch_norm_defaults();
+    loom_batch_norm_options o;
+    loom_batch_norm_options_init(&o);
     o.training = false;
     sw_expect_error(loom_batch_norm(d.in[0], rm16, rv16, d.in[1], d.in[2], &o), LOOM_ERR_DTYPE, "kept in f32",
                     "batch_norm with 16-bit running statistics");
