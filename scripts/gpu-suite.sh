@@ -223,6 +223,9 @@ fi
 
 # ---- tests on the GPU ----------------------------------------------------------------------------
 step ctest_cuda --gpu --timeout 240 -- ctest_cuda
+# The op sweep at every size, dtype and layout on the GPU (tests/test_op_sweep.c's full mode).
+step op_sweep_cuda_full --gpu --needs "$T/test_op_sweep" --timeout 300 -- \
+  "LOOM_TEST_DEVICE=cuda LOOM_SWEEP_FULL=1 '$T/test_op_sweep' --jobs 1 --filter 'op_sweep_cuda/*'"
 # ---- benchmarks with a CUDA mode ------------------------------------------------------------------
 for dt in f32 f16 bf16; do
   step "linear_cuda_$dt" --gpu --needs "$B/bench/bench_linear_cuda" --timeout 180 -- "'$B/bench/bench_linear_cuda' 50 $dt"

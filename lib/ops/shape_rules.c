@@ -190,9 +190,27 @@ loom_status loom_infer_linear_backward(const char *opname, const loom_op_args *a
   return LOOM_OK;
 }
 
+/* Row-major strides (those loom gives a fresh tensor, also when a dim is
+ * empty; size-1 dims may have any stride). */
+static bool dense(const loom_tensor *t) {
+  int64_t want[LOOM_MAX_DIMS];
+  loom_contiguous_strides(t->ndim, t->shape, want);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->shape[d] != 1 && t->strides[d] != want[d]) return false;
+  return true;
+}
+
+/* log_softmax and its backward (inputs gy, y): the kernels read rows
+ * densely, so strided views are refused (loom_log_softmax and the autograd
+ * engine pass contiguous tensors). */
 loom_status loom_infer_log_softmax(const char *opname, const loom_op_args *a, loom_out_spec *o) {
   LOOM_TRY(need_float("log_softmax", a->in[0], 0));
   if (a->in[0]->ndim < 1) return loom_set_error(LOOM_ERR_SHAPE, "log_softmax: needs at least 1 dim");
+  for (int k = 0; k < a->n_in; k++)
+    if (a->in[k] && !dense(a->in[k]))
+      return loom_set_error(LOOM_ERR_INVALID_ARG,
+                            "%s: input %d is a strided view; the kernel reads rows densely: pass a contiguous tensor",
+                            opname, k);
   return loom_infer_unary(opname, a, o);
 }
 

@@ -110,5 +110,10 @@ typedef loom_tensor *(*tk_fn)(loom_tensor **in, void *ctx);
  * h on every element. Inputs must be f32. */
 void tk_gradcheck(tk_fn fn, void *ctx, loom_tensor **in, int n_in, double h, double atol, double rtol,
                   const char *what);
+/* tk_gradcheck on at most max_coords elements of each input (its first and
+ * last, and random ones between: tk_seed decides which), for inputs too
+ * large to difference every element; max_coords <= 0 checks them all. */
+void tk_gradcheck_sampled(tk_fn fn, void *ctx, loom_tensor **in, int n_in, double h, double atol, double rtol,
+                          int64_t max_coords, const char *what);
 
 #endif

@@ -63,7 +63,7 @@ loom_status loom_cpu_linear(loom_op_args *a) {
   loom_tensor *x = a->in[0], *w = a->in[1], *bias = a->in[2], *y = a->out[0];
   int act = (int)a->i[0];
   int64_t K = x->shape[x->ndim - 1];
-  int64_t M = loom_shape_numel(x->ndim, x->shape) / (K ? K : 1);
+  int64_t M = loom_shape_numel(x->ndim - 1, x->shape); /* rows, also when K == 0 */
   int64_t N = w->shape[0];
   f32_buf fx, fw = {NULL, false}, fb = {NULL, false};
   LOOM_TRY(as_f32(x, &fx));
@@ -105,7 +105,7 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
   int act = (int)a->i[0];
   bool overwrite = a->i[4] != 0;
   int64_t K = x->shape[x->ndim - 1];
-  int64_t M = loom_shape_numel(x->ndim, x->shape) / (K ? K : 1);
+  int64_t M = loom_shape_numel(x->ndim - 1, x->shape); /* rows, also when K == 0 */
   int64_t N = w->shape[0];
   loom_status st = LOOM_OK;
 
