@@ -312,7 +312,8 @@ typedef struct bn_ctx {
 static loom_tensor *bn_seg(void *ctx, int n, loom_tensor *const *in) {
   (void)n;
   bn_ctx *c = ctx;
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.training = true;
   o.act = LOOM_ACT_RELU;
   return loom_mul(loom_batch_norm(in[0], c->rm, c->rv, c->w, c->b, &o), in[0]);
@@ -384,11 +385,13 @@ static double *append(double *all, int64_t *total, loom_tensor *t) {
 static void resnet_run(loom_device dev, int64_t every, rn_run *out) {
   memset(out, 0, sizeof *out);
   loom_manual_seed(2026);
-  loom_resnet_options o = loom_resnet_defaults(LOOM_RESNET20);
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, LOOM_RESNET20);
   o.checkpoint_every = every;
   loom_module *m = loom_resnet_new(LOOM_RESNET20, &o, dev);
   cr_assert_not_null(m, "%s", loom_last_error());
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = 0.1, so.momentum = 0.9, so.weight_decay = 5e-4;
   loom_optimizer *opt = loom_sgd_new_for_module(m, &so);
   cr_assert_not_null(opt, "%s", loom_last_error());
@@ -483,9 +486,10 @@ DEVICE_TEST(checkpoint, resnet20_training_is_bit_identical_and_peak_memory_drops
  * options struct from before the field (size 40) leaves it off whatever lies
  * past its end; a negative N is refused. */
 Test(checkpoint, resnet_option_reaches_each_stage_and_old_option_sizes_leave_it_off) {
-  loom_resnet_options o = loom_resnet_defaults(LOOM_RESNET20);
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, LOOM_RESNET20);
   cr_assert_eq(o.checkpoint_every, 0);
-  cr_assert_eq(o.size, sizeof o);
+  cr_assert_eq(o.struct_size, sizeof o);
   o.checkpoint_every = 3;
   loom_module *m = loom_resnet_new(LOOM_RESNET20, &o, loom_cpu());
   cr_assert_not_null(m, "%s", loom_last_error());
@@ -498,14 +502,14 @@ Test(checkpoint, resnet_option_reaches_each_stage_and_old_option_sizes_leave_it_
   }
   cr_assert_eq(stages, 3);
   loom_module_free(m);
-  o.size = (uint32_t)offsetof(loom_resnet_options, checkpoint_every);  /* an older caller's struct */
-  cr_assert_eq(o.size, 40);
+  o.struct_size = offsetof(loom_resnet_options, checkpoint_every);  /* an older caller's struct */
+  cr_assert_eq(o.struct_size, 40);
   m = loom_resnet_new(LOOM_RESNET20, &o, loom_cpu());
   cr_assert_not_null(m, "%s", loom_last_error());
   for (int i = 0; i < loom_module_num_children(m); i++)
     cr_assert_eq(loom_module_child(m, i)->checkpoint_every, 0);
   loom_module_free(m);
-  o.size = sizeof o;
+  o.struct_size = sizeof o;
   o.checkpoint_every = -1;
   cr_assert_null(loom_resnet_new(LOOM_RESNET20, &o, loom_cpu()));
   tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "checkpoint_every = -1");

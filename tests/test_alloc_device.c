@@ -58,17 +58,17 @@ Test(alloc_device, cpu_memory_is_cached_and_usable) {
 Test(alloc_device, summary_and_snapshot) {
   char *sum = loom_memory_summary(loom_cpu());
   cr_assert(sum && strstr(sum, "no allocations yet"), "%s", sum);
-  free(sum);
+  loom_free(sum);
   cr_assert_eq(loom_alloc_configure("history:16"), LOOM_OK);
   void *a = NULL;
   cr_assert_eq(loom_alloc_malloc(loom_cpu(), 5000, NULL, &a), LOOM_OK);
   sum = loom_memory_summary(loom_cpu());
   cr_assert(sum && strstr(sum, "loom memory summary: cpu") && strstr(sum, "allocated") && strstr(sum, "5.00 KiB"), "%s", sum);
-  free(sum);
+  loom_free(sum);
   char *js = loom_memory_snapshot_json(loom_cpu());
   cr_assert(js && strstr(js, "\"device\":\"cpu\"") && strstr(js, "\"requested\":5000") &&
             strstr(js, "\"action\":\"alloc\""), "%s", js);
-  free(js);
+  loom_free(js);
   loom_alloc_free(loom_cpu(), a);
   cr_assert_null(loom_memory_summary(loom_cuda(7)), "no such device");
   cr_assert_eq(loom_last_status(), LOOM_ERR_DEVICE);
@@ -99,7 +99,7 @@ Test(alloc_device, record_stream_on_the_cpu_completes_at_once) {
   cr_assert_eq(b, a, "CPU streams are synchronous: the event is complete at the next allocation");
   cr_assert_eq(loom_alloc_record_stream(loom_cpu(), (char *)b + 64, side), LOOM_ERR_INVALID_ARG);
   loom_alloc_free(loom_cpu(), b);
-  loom_stream_destroy(side);
+  loom_stream_free(side);
 }
 
 Test(alloc_device, stream_of_another_device_is_refused) {
@@ -168,7 +168,7 @@ Test(alloc_device, per_device_options_override_the_global_ones) {
   cr_assert_eq(loom_alloc_pinned_malloc(3 * MiB, &a), LOOM_ERR_OOM, "pinned pool limited to 2 MiB");
   cr_assert_eq(loom_alloc_malloc(loom_cpu(), 3 * MiB, NULL, &b), LOOM_OK, "the CPU pool is not");
   loom_alloc_free(loom_cpu(), b);
-  o.struct_size = 8;
+  o.struct_size = 0;
   cr_assert_eq(loom_alloc_set_config(&o), LOOM_ERR_INVALID_ARG, "uninitialized options are refused");
   loom_alloc_options_init(&o);
   o.gc_threshold = 2.0;
@@ -307,7 +307,7 @@ Test(alloc_device, record_stream_on_a_capture_block_delays_its_reuse) {
   loom_alloc_free(dev, c);
   cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
   loom_graph_free(g);
-  loom_stream_destroy(side);
+  loom_stream_free(side);
 }
 
 /* ---- AddressSanitizer sees through the cache --------------------------------

@@ -386,7 +386,7 @@ Test(alloc_expandable_config, the_cpu_device_pool_uses_it_and_it_cannot_change_l
   cr_assert_float_eq(v, 512.0 * 1024.0, 0);
   char *js = loom_memory_snapshot_json(loom_cpu());
   cr_assert(strstr(js, "\"expandable_segments\":true"), "%s", js);
-  free(js);
+  loom_free(js);
   tk_assert_error(loom_alloc_configure(""), LOOM_ERR_STATE, "expandable_segments cannot change");
   loom_tensor_release(s);
   loom_tensor_release(t);

@@ -594,7 +594,7 @@ static void run_concurrent(int expandable) {
   cr_assert_eq(s.reserved_bytes[0].current, 0);
   cr_assert_eq(s.active_bytes[0].current, 0);
   loom_pool_destroy(p);
-  for (int i = 0; i < NSTREAMS; i++) loom_stream_destroy(streams[i]);
+  for (int i = 0; i < NSTREAMS; i++) loom_stream_free(streams[i]);
 }
 
 Test(alloc_stress, concurrent_threads_on_cpu_memory, .timeout = 600) { run_concurrent(0); }

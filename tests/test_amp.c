@@ -56,7 +56,8 @@ static one_param make_one_param(void) {
   float v[4] = {1, 2, 3, 4};
   one_param r = {vec_f32(4, v), NULL};
   loom_set_requires_grad(r.p, true);
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = 1e-3;
   r.o = loom_sgd_new(&r.p, 1, &so);
   cr_assert_not_null(r.o, "%s", loom_last_error());
@@ -177,7 +178,8 @@ Test(amp_policy, optimizer_step_refreshes_copies) {
 /* ---- scaler state machine ------------------------------------------------------- */
 
 Test(amp_scaler, defaults_and_bad_options) {
-  loom_scaler_options d = loom_scaler_defaults();
+  loom_scaler_options d;
+  loom_scaler_options_init(&d);
   cr_assert_eq(d.init_scale, 65536.0);
   cr_assert_eq(d.growth_factor, 2.0);
   cr_assert_eq(d.backoff_factor, 0.5);
@@ -199,13 +201,14 @@ Test(amp_scaler, defaults_and_bad_options) {
   cr_assert_null(loom_scaler_new(&o));
   cr_assert(strstr(loom_last_error(), "max_scale"), "%s", loom_last_error());
   o = d;
-  o.size = 3;
+  o.struct_size = 3;
   cr_assert_null(loom_scaler_new(&o));
 }
 
 Test(amp_scaler, growth_after_exactly_n_good_steps) {
   one_param r = make_one_param();
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 1024;
   so.growth_interval = 5;
   loom_grad_scaler *s = loom_scaler_new(&so);
@@ -231,7 +234,8 @@ Test(amp_scaler, growth_after_exactly_n_good_steps) {
  * runs take every step with the same lr. */
 Test(amp_scaler, attached_schedule_counts_skipped_steps) {
   one_param a = make_one_param(), b = make_one_param();
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 1024;
   so.growth_interval = 2;
   loom_grad_scaler *sa = loom_scaler_new(&so), *sb = loom_scaler_new(&so);
@@ -263,7 +267,8 @@ Test(amp_scaler, attached_schedule_counts_skipped_steps) {
 
 Test(amp_scaler, backoff_on_inf_and_nan_resets_streak) {
   one_param r = make_one_param();
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 1024;
   so.growth_interval = 3;
   loom_grad_scaler *s = loom_scaler_new(&so);
@@ -292,7 +297,8 @@ Test(amp_scaler, backoff_on_inf_and_nan_resets_streak) {
 
 Test(amp_scaler, bounds) {
   one_param r = make_one_param();
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 8;
   so.min_scale = 2;
   so.max_scale = 32;
@@ -312,7 +318,8 @@ Test(amp_scaler, bounds) {
 
 Test(amp_scaler, save_restore) {
   one_param r = make_one_param();
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 64;
   so.growth_interval = 4;
   loom_grad_scaler *s = loom_scaler_new(&so);
@@ -320,7 +327,7 @@ Test(amp_scaler, save_restore) {
   scaler_step_with(s, r.o, r.p, INFINITY);
   scaler_step_with(s, r.o, r.p, 1.0f);
   scaler_step_with(s, r.o, r.p, 1.0f);
-  loom_scaler_state st = {.size = sizeof st};
+  loom_scaler_state st = {.struct_size = sizeof st};
   cr_assert_eq(loom_scaler_state_save(s, &st), LOOM_OK);
   cr_assert_eq(st.scale, 32.0);
   cr_assert_eq(st.good_steps, 2);
@@ -344,7 +351,7 @@ Test(amp_scaler, save_restore) {
   bad.scale = -1;
   cr_assert_eq(loom_scaler_state_restore(t, &bad), LOOM_ERR_INVALID_ARG);
   bad = st;
-  bad.size = 8;
+  bad.struct_size = 0;
   cr_assert_eq(loom_scaler_state_restore(t, &bad), LOOM_ERR_INVALID_ARG);
   cr_assert(strstr(loom_last_error(), "size"), "%s", loom_last_error());
   loom_scaler_free(s);
@@ -354,7 +361,8 @@ Test(amp_scaler, save_restore) {
 
 Test(amp_scaler, disabled_is_a_passthrough) {
   one_param r = make_one_param();
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.enabled = false;
   loom_grad_scaler *s = loom_scaler_new(&so);
   cr_assert_eq(loom_scaler_get_scale(s), 1.0);
@@ -434,7 +442,8 @@ static void fault_injection(loom_precision prec, bool keep_last, int victim, flo
   loom_tensor *ps[8];
   for (int i = 0; i < np; i++) ps[i] = loom_module_param(m, i);
   loom_optimizer *o = loom_adamw_new(ps, np, NULL);
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 1024;  /* small batch: keep the first steps finite */
   loom_grad_scaler *s = loom_scaler_new(&so);
   /* Two good steps so that the moments are non-zero. */
@@ -499,7 +508,8 @@ static void grads_with(loom_precision prec, bool scaling, float *out, int64_t n_
   cr_assert_eq(loom_module_set_precision(m, prec, false), LOOM_OK);
   loom_tensor *ps[2] = {loom_module_param(m, 0), loom_module_param(m, 1)};
   loom_optimizer *o = loom_sgd_new(ps, 2, NULL);
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.enabled = scaling;
   loom_grad_scaler *s = loom_scaler_new(&so);
   loom_scope_begin();
@@ -579,7 +589,8 @@ static double train_eval(const fmnist *d, int64_t ntrain, loom_precision prec) {
   loom_tensor *ps[4];
   for (int i = 0; i < np; i++) ps[i] = loom_module_param(m, i);
   loom_optimizer *o = loom_adamw_new(ps, np, NULL);
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.enabled = prec == LOOM_PRECISION_MIXED_FP16;
   loom_grad_scaler *s = loom_scaler_new(&so);
   float *xb = malloc((size_t)(B * F) * sizeof *xb);
@@ -646,8 +657,8 @@ Test(amp_accuracy, fashion_mnist_fp16_bf16_match_fp32, .timeout = 300) {
   cr_assert_gt(a32, 0.75, "fp32 baseline did not learn (%.4f)", a32);
   cr_assert_leq(fabs(a16 - a32), 0.005, "fp16 %.4f vs fp32 %.4f: more than 0.5 points apart", a16, a32);
   cr_assert_leq(fabs(ab16 - a32), 0.005, "bf16 %.4f vs fp32 %.4f: more than 0.5 points apart", ab16, a32);
-  loom_idx_free(d.xtr);
-  loom_idx_free(d.ytr);
-  loom_idx_free(d.xte);
-  loom_idx_free(d.yte);
+  loom_free(d.xtr);
+  loom_free(d.ytr);
+  loom_free(d.xte);
+  loom_free(d.yte);
 }

@@ -49,15 +49,18 @@ static int amp_golden_run(loom_precision prec, uint64_t *out) {
   for (int i = 0; i < np; i++) ps[i] = loom_module_param(m, i);
   loom_optimizer *o;
   if (f16) {
-    loom_adamw_options ao = loom_adamw_defaults();
+    loom_adamw_options ao;
+    loom_adamw_options_init(&ao);
     ao.lr = 1e-2, ao.weight_decay = 0.05;
     o = loom_adamw_new(ps, np, &ao);
   } else {
-    loom_sgd_options so = loom_sgd_defaults();
+    loom_sgd_options so;
+    loom_sgd_options_init(&so);
     so.lr = 0.05, so.momentum = 0.9, so.weight_decay = 1e-3;
     o = loom_sgd_new(ps, np, &so);
   }
-  loom_scaler_options sco = loom_scaler_defaults();
+  loom_scaler_options sco;
+  loom_scaler_options_init(&sco);
   sco.init_scale = 1024.0, sco.growth_interval = 2;
   loom_grad_scaler *s = loom_scaler_new(&sco);
   if (!o || !s) return 2;

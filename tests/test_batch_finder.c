@@ -115,7 +115,8 @@ static double *train(int64_t micro0, bool shrink, int64_t *micro_out, int *nvals
   int np = loom_module_num_params(m);
   loom_tensor *params[8];
   for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   loom_optimizer *opt = loom_adamw_new(params, np, &ao);
   cr_assert_not_null(opt, "%s", loom_last_error());
   int64_t xs[2] = {NB, 32}, ys[1] = {NB};

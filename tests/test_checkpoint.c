@@ -67,7 +67,8 @@ static int trainer_init(trainer *t, config c) {
   loom_manual_seed(99);
   int64_t fs[1] = {NFEAT};
   t->ds = loom_dataset_memory(x, LOOM_F32, 1, fs, y, LOOM_I64, NSAMP, true);
-  loom_loader_options lo = loom_loader_options_default();
+  loom_loader_options lo;
+  loom_loader_options_init(&lo);
   lo.batch_size = 32;  /* 200 = 6 full batches + 8: a short last batch */
   lo.shuffle = true;
   lo.seed = 5;
@@ -82,7 +83,8 @@ static int trainer_init(trainer *t, config c) {
   loom_tensor *params[8];
   for (int i = 0; i < np; i++) params[i] = loom_module_param(t->model, i);
   if (c.sgd) {
-    loom_sgd_options so = loom_sgd_defaults();
+    loom_sgd_options so;
+    loom_sgd_options_init(&so);
     so.lr = 0.05;
     so.momentum = 0.9;
     so.weight_decay = 1e-4;
@@ -90,13 +92,14 @@ static int trainer_init(trainer *t, config c) {
   } else {
     t->opt = loom_adamw_new(params, np, NULL);
   }
-  loom_scaler_options sco = loom_scaler_defaults();
+  loom_scaler_options sco;
+  loom_scaler_options_init(&sco);
   sco.enabled = c.mixed;
   sco.growth_interval = 4;  /* let the scale move within a short run */
   sco.init_scale = 1 << 20;
   t->scaler = loom_scaler_new(&sco);
   t->sched = loom_lr_cosine(c.sgd ? 0.05 : 3e-3, 5, 40, 1e-4);
-  t->st = (loom_train_state){.size = sizeof t->st, .model = t->model, .optimizer = t->opt, .scaler = t->scaler,
+  t->st = (loom_train_state){.struct_size = sizeof t->st, .model = t->model, .optimizer = t->opt, .scaler = t->scaler,
                              .loader = t->loader, .schedule = &t->sched, .step = 0};
   return t->opt && t->scaler;
 }
@@ -129,7 +132,7 @@ static void trainer_free(trainer *t) {
   loom_optimizer_free(t->opt);
   loom_module_free(t->model);
   loom_loader_free(t->loader);
-  loom_dataset_free(t->ds);
+  loom_dataset_release(t->ds);
 }
 
 /* ---- child processes ---------------------------------------------------------------- */
@@ -391,7 +394,8 @@ Test(checkpoint, mismatches_change_nothing_and_say_what_differs) {
 
   /* Another loader configuration. */
   cr_assert(trainer_init(&b, (config){0, 0, 16}));
-  loom_loader_options lo = loom_loader_options_default();
+  loom_loader_options lo;
+  loom_loader_options_init(&lo);
   lo.batch_size = 16;
   loom_loader *other = loom_loader_new(b.ds, &lo);
   b.st.loader = other;
@@ -410,21 +414,21 @@ Test(checkpoint, mismatches_change_nothing_and_say_what_differs) {
   tk_assert_error(loom_checkpoint_restore(path_in("absent.safetensors"), &b.st), LOOM_ERR_IO, "cannot open");
 
   /* A model-only checkpoint cannot restore an optimizer, but restores a model. */
-  loom_train_state only = {.size = sizeof only, .model = a.model};
+  loom_train_state only = {.struct_size = sizeof only, .model = a.model};
   cr_assert_eq(loom_checkpoint_save(path_in("model.safetensors"), &only), LOOM_OK, "%s", loom_last_error());
   tk_assert_error(loom_checkpoint_restore(path_in("model.safetensors"), &b.st), LOOM_ERR_FORMAT, "optim.type");
-  loom_train_state just_model = {.size = sizeof just_model, .model = b.model};
+  loom_train_state just_model = {.struct_size = sizeof just_model, .model = b.model};
   cr_assert_eq(loom_checkpoint_restore(path_in("model.safetensors"), &just_model), LOOM_OK, "%s", loom_last_error());
 
   /* Bad arguments. */
   tk_assert_error(loom_checkpoint_restore(p, NULL), LOOM_ERR_INVALID_ARG, "state is NULL");
-  loom_train_state no_model = {.size = sizeof no_model};
+  loom_train_state no_model = {.struct_size = sizeof no_model};
   tk_assert_error(loom_checkpoint_save(p, &no_model), LOOM_ERR_INVALID_ARG, "model");
   /* An optimizer over a tensor that is not the model's. */
   loom_scope_begin();
   loom_tensor *stray = loom_zeros(1, (int64_t[]){3}, LOOM_F32, loom_cpu());
   loom_optimizer *so = loom_adamw_new(&stray, 1, NULL);
-  loom_train_state bad = {.size = sizeof bad, .model = a.model, .optimizer = so};
+  loom_train_state bad = {.struct_size = sizeof bad, .model = a.model, .optimizer = so};
   tk_assert_error(loom_checkpoint_save(path_in("bad.safetensors"), &bad), LOOM_ERR_INVALID_ARG,
                   "not a parameter of the model");
   loom_optimizer_free(so);
@@ -557,8 +561,8 @@ DEVICE_TEST(checkpoint_device, save_and_restore_a_model_on_the_device) {
     cr_assert_eq(loom_optimizer_step(oa), LOOM_OK, "%s", loom_last_error());
     loom_scope_end();
   }
-  loom_train_state sa = {.size = sizeof sa, .model = a, .optimizer = oa, .step = 3};
-  loom_train_state sb = {.size = sizeof sb, .model = b, .optimizer = ob};
+  loom_train_state sa = {.struct_size = sizeof sa, .model = a, .optimizer = oa, .step = 3};
+  loom_train_state sb = {.struct_size = sizeof sb, .model = b, .optimizer = ob};
   const char *p = path_in("dev.safetensors");
   cr_assert_eq(loom_checkpoint_save(p, &sa), LOOM_OK, "%s", loom_last_error());
   cr_assert_eq(loom_checkpoint_restore(p, &sb), LOOM_OK, "%s", loom_last_error());
@@ -606,7 +610,7 @@ Test(checkpoint, buffers_of_every_dtype_are_saved_and_restored) {
   make_dir();
   loom_module *a = mlp_with_buffers(1, 6, 1.5f, 37), *b = mlp_with_buffers(2, 6, -9.0f, 0);
   const char *p = path_in("buffers.safetensors");
-  loom_train_state sa = {.size = sizeof sa, .model = a, .step = 4};
+  loom_train_state sa = {.struct_size = sizeof sa, .model = a, .step = 4};
   cr_assert_eq(loom_checkpoint_save(p, &sa), LOOM_OK, "%s", loom_last_error());
   loom_safetensors *f = loom_safetensors_open(p);
   cr_assert_not_null(f, "%s", loom_last_error());
@@ -616,7 +620,7 @@ Test(checkpoint, buffers_of_every_dtype_are_saved_and_restored) {
   cr_assert_str_eq(loom_safetensors_dtype_name(f, i), "I64");
   loom_safetensors_close(f);
 
-  loom_train_state sb = {.size = sizeof sb, .model = b};
+  loom_train_state sb = {.struct_size = sizeof sb, .model = b};
   cr_assert_eq(loom_checkpoint_restore(p, &sb), LOOM_OK, "%s", loom_last_error());
   cr_assert_eq(loom_module_num_buffers(b), 2);
   for (int k = 0; k < loom_module_num_buffers(a); k++) {
@@ -633,7 +637,7 @@ Test(checkpoint, buffers_of_every_dtype_are_saved_and_restored) {
   cr_assert_eq(loom_tensor_numel(cmean), 8);
   float before[8];
   memcpy(before, loom_tensor_data(cmean), sizeof before);
-  loom_train_state sc = {.size = sizeof sc, .model = c};
+  loom_train_state sc = {.struct_size = sizeof sc, .model = c};
   cr_assert_neq(loom_checkpoint_restore(p, &sc), LOOM_OK);
   cr_assert(strstr(loom_last_error(), "model.0.running_mean"), "%s", loom_last_error());
   cr_assert_eq(memcmp(before, loom_tensor_data(cmean), sizeof before), 0);
@@ -649,7 +653,8 @@ Test(checkpoint, buffers_of_every_dtype_are_saved_and_restored) {
 static loom_module *grouped_resnet(uint64_t seed, loom_optimizer **opt, double lr1, double wd1) {
   loom_manual_seed(seed);
   loom_module *m = loom_resnet_new(LOOM_RESNET20, NULL, loom_cpu());
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = 0.1, so.momentum = 0.9, so.weight_decay = 5e-4;
   *opt = m ? loom_sgd_new_for_module(m, &so) : NULL;
   if (*opt) {
@@ -680,7 +685,7 @@ Test(checkpoint, parameter_groups_and_batchnorm_buffers_round_trip) {
   cr_assert_eq(loom_optimizer_num_groups(oa), 2);
   train_resnet_steps(a, oa, 2);
   loom_optimizer_set_group_lr(oa, 0, 0.07);  /* as a schedule would */
-  loom_train_state sa = {.size = sizeof sa, .model = a, .optimizer = oa, .step = 2};
+  loom_train_state sa = {.struct_size = sizeof sa, .model = a, .optimizer = oa, .step = 2};
   const char *p = path_in("groups.safetensors");
   cr_assert_eq(loom_checkpoint_save(p, &sa), LOOM_OK, "%s", loom_last_error());
 
@@ -698,7 +703,7 @@ Test(checkpoint, parameter_groups_and_batchnorm_buffers_round_trip) {
   /* Restored into a fresh model whose groups have other values. */
   loom_module *b = grouped_resnet(2, &ob, 0.5, 0.25);
   cr_assert(b && ob, "%s", loom_last_error());
-  loom_train_state sb = {.size = sizeof sb, .model = b, .optimizer = ob};
+  loom_train_state sb = {.struct_size = sizeof sb, .model = b, .optimizer = ob};
   cr_assert_eq(loom_checkpoint_restore(p, &sb), LOOM_OK, "%s", loom_last_error());
   for (int g = 0; g < 2; g++) {
     cr_assert_eq(loom_optimizer_get_group_lr(ob, g), loom_optimizer_get_group_lr(oa, g), "group %d lr", g);
@@ -735,7 +740,7 @@ Test(checkpoint, parameter_groups_and_batchnorm_buffers_round_trip) {
   loom_optimizer *oc = loom_sgd_new(pc, np, NULL);
   double before = loom_optimizer_get_lr(oc);
   double *w0 = tk_read(pc[0]);
-  loom_train_state sc = {.size = sizeof sc, .model = c, .optimizer = oc};
+  loom_train_state sc = {.struct_size = sizeof sc, .model = c, .optimizer = oc};
   cr_assert_eq(loom_checkpoint_restore(p, &sc), LOOM_ERR_INVALID_ARG);
   cr_assert(strstr(loom_last_error(), "2 parameter group(s) but this one has 1"), "%s", loom_last_error());
   cr_assert_eq(loom_optimizer_get_lr(oc), before);

@@ -173,7 +173,8 @@ static bool make_case(int ch, int kn, int gr, int variant, geo *g) {
 }
 
 static loom_conv2d_options opts_of(const geo *c, bool relu) {
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.stride[0] = c->sh, o.stride[1] = c->sw;
   o.padding[0] = c->ph, o.padding[1] = c->pw;
   o.dilation[0] = c->dh, o.dilation[1] = c->dw;

@@ -95,12 +95,14 @@ typedef struct opt_case {
 
 static loom_optimizer *make_opt(const opt_case *c, loom_tensor **ps, int n) {
   if (c->adamw) {
-    loom_adamw_options o = loom_adamw_defaults();
+    loom_adamw_options o;
+    loom_adamw_options_init(&o);
     o.lr = 3e-3;
     o.weight_decay = c->wd;
     return loom_adamw_new(ps, n, &o);
   }
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.05;
   o.momentum = c->momentum;
   o.dampening = c->dampening;
@@ -183,7 +185,8 @@ static void amp_side_make(amp_side *a, loom_device dev, loom_precision prec, con
   }
   cr_assert_eq(loom_module_set_precision(a->m, prec, false), LOOM_OK, "%s", loom_last_error());
   a->o = loom_adamw_new(a->ps, a->np, NULL);
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 1024;
   so.growth_interval = 2;  /* the scale moves both ways within the test */
   a->s = loom_scaler_new(&so);
@@ -311,7 +314,8 @@ CUDA_TEST(cuda_loader, batches_equal_the_cpu_loader_without_host_waits) {
   static const float mean = 0.5f, stdv = 0.25f;
   const int workers[2] = {0, 2};
   for (int w = 0; w < 2; w++) {
-    loom_loader_options o = loom_loader_options_default();
+    loom_loader_options o;
+    loom_loader_options_init(&o);
     o.batch_size = 7;
     o.shuffle = true;
     o.seed = 9;
@@ -361,7 +365,7 @@ CUDA_TEST(cuda_loader, batches_equal_the_cpu_loader_without_host_waits) {
     loom_loader_free(lg);
     loom_loader_free(lc);
   }
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   free(x);
 }
 

@@ -101,7 +101,7 @@ Test(idx, raw_and_gzip_read_the_same) {
     }
     cr_assert_eq(loom_dataset_read(ds, 5, NULL, NULL), LOOM_ERR_INVALID_ARG);
     cr_assert_eq(loom_dataset_read(ds, -1, NULL, NULL), LOOM_ERR_INVALID_ARG);
-    loom_dataset_free(ds);
+    loom_dataset_release(ds);
   }
 }
 
@@ -123,7 +123,7 @@ Test(idx, load_i32_and_f32_to_host_order) {
   cr_assert_eq(v[0], 1);
   cr_assert_eq(v[1], -2);
   cr_assert_eq(v[2], 70000);
-  loom_idx_free(data);
+  loom_free(data);
   float f = 1.5f;
   uint32_t bits;
   memcpy(&bits, &f, 4);
@@ -134,7 +134,7 @@ Test(idx, load_i32_and_f32_to_host_order) {
   cr_assert_eq(loom_idx_load(path_of("f.idx.gz"), &data, &dt, &nd, shape), LOOM_OK, "%s", loom_last_error());
   cr_assert_eq(dt, LOOM_F32);
   cr_assert_float_eq(((float *)data)[0], 1.5f, 0.0f);
-  loom_idx_free(data);
+  loom_free(data);
 }
 
 /* Expect code and a message that mentions `needle` (and the file name). */
@@ -259,7 +259,7 @@ Test(idx, images_and_labels_must_agree) {
   bool has_y = true;
   loom_dataset_y_info(ds, &has_y, NULL);
   cr_assert(!has_y);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- CIFAR-10 ----------------------------------------------------------- */
@@ -297,7 +297,7 @@ Test(cifar, reads_and_concatenates_files) {
   cr_assert_eq(loom_dataset_read(ds, 2, x, &y), LOOM_OK);
   cr_assert_eq(y, 2);
   cr_assert_eq(memcmp(x, a + 2 * 3073 + 1, 3072), 0);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 static void expect_cifar_fail(const char *name, loom_status code, const char *needle) {
@@ -349,8 +349,8 @@ Test(memory, copy_and_borrow) {
   cr_assert_eq(l, 102);
   cr_assert_eq(loom_dataset_read(borrow, 2, s, &l), LOOM_OK);
   cr_assert_float_eq(s[0], -1.0f, 0.0f);
-  loom_dataset_free(copy);
-  loom_dataset_free(borrow);
+  loom_dataset_release(copy);
+  loom_dataset_release(borrow);
   /* invalid shapes */
   int64_t bad[1] = {0};
   cr_assert_null(loom_dataset_memory(x, LOOM_F32, 1, bad, NULL, LOOM_U8, 6, false));
@@ -375,7 +375,7 @@ Test(callback, reads_fails_and_destroys) {
   static int base = 1000;
   loom_dataset_callbacks cb;
   memset(&cb, 0, sizeof cb);
-  cb.size = sizeof cb;
+  cb.struct_size = sizeof cb;
   cb.length = 5;
   cb.x_dtype = LOOM_I32;
   cb.x_ndim = 1;
@@ -397,12 +397,12 @@ Test(callback, reads_fails_and_destroys) {
   cr_assert_eq(loom_dataset_read(ds, 3, x, &y), LOOM_ERR_IO);
   cr_assert_str_eq(loom_last_error(), "sample 3 is on a bad sector");
   g_destroyed = 0;
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   cr_assert_eq(g_destroyed, 1);
   cb.read = NULL;
   cr_assert_null(loom_dataset_callback(&cb));
   cb.read = cb_read;
-  cb.size = 3;
+  cb.struct_size = 3;
   cr_assert_null(loom_dataset_callback(&cb));
   cr_assert_eq(loom_last_status(), LOOM_ERR_INVALID_ARG);
 }
@@ -484,6 +484,6 @@ Test(fashion_mnist, opens_with_60000_and_10000_samples) {
     /* Fashion-MNIST is balanced: 6000 / 1000 of each class. */
     for (int c = 0; c < 10; c++) cr_assert_eq(hist[c], want[k] / 10);
     cr_assert_gt(nonzero, 100 * 784 / 4, "images look empty");
-    loom_dataset_free(ds);
+    loom_dataset_release(ds);
   }
 }

@@ -65,7 +65,7 @@ Test(dist_plan, one_bucket_when_everything_fits) {
 /* ---- environment and options ------------------------------------------------------ */
 
 Test(dist_env, reads_openmpi_slurm_and_nothing) {
-  loom_dist_env e = {.size = sizeof e};
+  loom_dist_env e = {.struct_size = sizeof e};
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("PMI_RANK");
   unsetenv("SLURM_STEP_ID");
@@ -102,20 +102,21 @@ Test(dist_env, reads_openmpi_slurm_and_nothing) {
   cr_assert_eq(e.local_rank, 2);
   cr_assert_eq(e.local_size, 3);
 
-  loom_dist_env bad = {.size = 2};
+  loom_dist_env bad = {.struct_size = 2};
   tk_assert_error(loom_dist_env_get(&bad), LOOM_ERR_INVALID_ARG, "sizeof(loom_dist_env)");
 }
 
 Test(dist_options, errors_say_what_to_do) {
   loom_comm *c = (loom_comm *)0x1;
-  loom_comm_options o = loom_comm_defaults();
-  o.size = 3;
-  tk_assert_error(loom_comm_init(&o, &c), LOOM_ERR_INVALID_ARG, "loom_comm_defaults");
+  loom_comm_options o;
+  loom_comm_options_init(&o);
+  o.struct_size = 3;
+  tk_assert_error(loom_comm_init(&o, &c), LOOM_ERR_INVALID_ARG, "loom_comm_options_init");
   cr_assert_null(c);
-  o = loom_comm_defaults();
+  loom_comm_options_init(&o);
   o.backend = 9;
   tk_assert_error(loom_comm_init(&o, &c), LOOM_ERR_INVALID_ARG, "unknown backend");
-  o = loom_comm_defaults();
+  loom_comm_options_init(&o);
   o.init = "tcp://x";
   tk_assert_error(loom_comm_init(&o, &c), LOOM_ERR_INVALID_ARG, "options.init", "file:/shared/path");
   o.init = NULL;
@@ -136,13 +137,13 @@ Test(dist_options, errors_say_what_to_do) {
   cr_assert_eq(loom_comm_get_timeout(c), 11.0);
   loom_comm_free(c);
   unsetenv("LOOM_DIST_TIMEOUT");
-  o = loom_comm_defaults();
+  loom_comm_options_init(&o);
   o.init = "file:/tmp/x";
   o.backend = LOOM_COMM_MPI;
   loom_status st = loom_comm_init(&o, &c);
   cr_assert_neq(st, LOOM_OK);
   cr_assert(strstr(loom_last_error(), "mpirun") || strstr(loom_last_error(), "without MPI"), "%s", loom_last_error());
-  o = loom_comm_defaults();
+  loom_comm_options_init(&o);
   o.backend = LOOM_COMM_NCCL;
   o.init = "single";
   tk_assert_error(loom_comm_init(&o, &c), LOOM_ERR_DEVICE, "CUDA device");
@@ -151,12 +152,13 @@ Test(dist_options, errors_say_what_to_do) {
 
 Test(dist_options, gpus_without_cuda_and_bad_run_options) {
   if (loom_device_count(LOOM_CUDA) > 0) cr_skip_test("a GPU is present: this checks the message without one");
-  loom_dist_run_options o = loom_dist_run_defaults();
+  loom_dist_run_options o;
+  loom_dist_run_options_init(&o);
   o.gpus = -1;
   tk_assert_error(loom_dist_run(&o, (loom_dist_worker)0x1, NULL), LOOM_ERR_DEVICE, "--gpus", "CUDA");
   tk_assert_error(loom_dist_run(&o, NULL, NULL), LOOM_ERR_INVALID_ARG, "fn is NULL");
-  o.size = 1;
-  tk_assert_error(loom_dist_run(&o, (loom_dist_worker)0x1, NULL), LOOM_ERR_INVALID_ARG, "loom_dist_run_defaults");
+  o.struct_size = 1;
+  tk_assert_error(loom_dist_run(&o, (loom_dist_worker)0x1, NULL), LOOM_ERR_INVALID_ARG, "loom_dist_run_options_init");
   loom_comm *cs[2];
   tk_assert_error(loom_comm_init_all(0, NULL, NULL, cs), LOOM_ERR_INVALID_ARG, "n >= 1");
   cr_assert_neq(loom_comm_init_all(2, NULL, NULL, cs), LOOM_OK);
@@ -167,7 +169,8 @@ Test(dist_options, gpus_without_cuda_and_bad_run_options) {
 /* ---- the SINGLE communicator ------------------------------------------------------- */
 
 static loom_comm *single_comm(void) {
-  loom_comm_options o = loom_comm_defaults();
+  loom_comm_options o;
+  loom_comm_options_init(&o);
   o.init = "single";
   o.set_threads = false;
   loom_comm *c = NULL;
@@ -258,7 +261,8 @@ static loom_optimizer *sgd(loom_module *m) {
   loom_tensor *ps[8];
   int n = loom_module_num_params(m);
   for (int i = 0; i < n; i++) ps[i] = loom_module_param(m, i);
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.05;
   o.momentum = 0.9;
   return loom_sgd_new(ps, n, &o);
@@ -303,7 +307,8 @@ Test(dist_ddp, world_of_one_matches_plain_training_bit_for_bit) {
     loom_ddp *d = NULL;
     if (variant == 1) {
       c = single_comm();
-      loom_ddp_options opt = loom_ddp_defaults();
+      loom_ddp_options opt;
+      loom_ddp_options_init(&opt);
       opt.first_bucket_mib = 64.0 / 1048576;  /* tiny buckets: several launches per step */
       opt.bucket_mib = 300.0 / 1048576;
       d = loom_ddp_new(m, c, &opt);
@@ -318,7 +323,7 @@ Test(dist_ddp, world_of_one_matches_plain_training_bit_for_bit) {
     }
     params_of(m, variant ? dp : plain);
     if (d) {
-      loom_ddp_stats s = {.size = sizeof s};
+      loom_ddp_stats s = {.struct_size = sizeof s};
       cr_assert_eq(loom_ddp_stats_get(d, &s), LOOM_OK);
       cr_assert_eq(s.steps, 5);
       cr_assert_eq(s.buckets, 5 * loom_ddp_num_buckets(d));
@@ -362,7 +367,7 @@ Test(dist_ddp, no_sync_accumulation) {
       cr_assert_eq(loom_optimizer_step(o), LOOM_OK);
     }
     params_of(m, variant ? acc : one);
-    loom_ddp_stats s = {.size = sizeof s};
+    loom_ddp_stats s = {.struct_size = sizeof s};
     cr_assert_eq(loom_ddp_stats_get(d, &s), LOOM_OK);
     cr_assert_eq(s.steps, 4, "%lld synchronizing steps", (long long)s.steps);
     loom_ddp_free(d);
@@ -380,14 +385,15 @@ Test(dist_ddp, misuse_is_reported) {
   loom_comm *c = single_comm();
   cr_assert_null(loom_ddp_new(NULL, c, NULL));
   tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "must not be NULL");
-  loom_ddp_options bad = loom_ddp_defaults();
+  loom_ddp_options bad;
+  loom_ddp_options_init(&bad);
   bad.bucket_mib = 0;
   cr_assert_null(loom_ddp_new(m, c, &bad));
   tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "bucket sizes");
-  bad = loom_ddp_defaults();
-  bad.size = 2;
+  loom_ddp_options_init(&bad);
+  bad.struct_size = 2;
   cr_assert_null(loom_ddp_new(m, c, &bad));
-  tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "loom_ddp_defaults");
+  tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "loom_ddp_options_init");
   loom_ddp *d = loom_ddp_new(m, c, NULL);
   cr_assert_not_null(d);
   /* Two backward passes without loom_ddp_sync in between. */
@@ -408,7 +414,7 @@ Test(dist_ddp, misuse_is_reported) {
   fwd_bwd(m, 2, 0, 8, 1.0);
   cr_assert_eq(loom_ddp_sync(d), LOOM_OK, "%s", loom_last_error());
   cr_assert_eq(loom_ddp_broadcast_buffers(d), LOOM_OK);
-  loom_ddp_bucket_info bi = {.size = sizeof bi};
+  loom_ddp_bucket_info bi = {.struct_size = sizeof bi};
   tk_assert_error(loom_ddp_bucket_get(d, 5, &bi), LOOM_ERR_INVALID_ARG, "bucket 5 of 1");
   cr_assert_eq(loom_ddp_bucket_get(d, 0, &bi), LOOM_OK);
   cr_assert_eq(bi.n_params, 4);
@@ -433,11 +439,12 @@ Test(dist_ddp, mixed_policy_hooks_the_low_precision_copies) {
     cr_assert_eq(loom_module_set_precision(m, LOOM_PRECISION_MIXED_BF16, false), LOOM_OK);
     loom_optimizer *o = sgd(m);
     loom_comm *c = single_comm();
-    loom_ddp_options opt = loom_ddp_defaults();
+    loom_ddp_options opt;
+    loom_ddp_options_init(&opt);
     opt.reduce_in_fp32 = f32;
     loom_ddp *d = loom_ddp_new(m, c, &opt);
     cr_assert_not_null(d, "%s", loom_last_error());
-    loom_ddp_bucket_info bi = {.size = sizeof bi};
+    loom_ddp_bucket_info bi = {.struct_size = sizeof bi};
     cr_assert_eq(loom_ddp_bucket_get(d, 0, &bi), LOOM_OK);
     cr_assert_eq(bi.dtype, f32 ? LOOM_F32 : LOOM_BF16, "bucket dtype %s", loom_dtype_name(bi.dtype));
     cr_assert_eq(bi.bytes, bi.numel * (f32 ? 4 : 2));
@@ -518,7 +525,8 @@ static loom_comm *nccl_one(void) {
       cr_assert_fail("LOOM_TEST_DEVICE=cuda but this loom was built without NCCL");
     cr_skip_test("built without NCCL");
   }
-  loom_comm_options o = loom_comm_defaults();
+  loom_comm_options o;
+  loom_comm_options_init(&o);
   o.backend = LOOM_COMM_NCCL;
   o.device = loom_cuda(0);
   o.init = "single";

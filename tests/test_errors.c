@@ -228,12 +228,13 @@ Test(errors, nn_and_optim_options) {
   loom_tensor *p = mk(2, s, LOOM_F32);
   loom_set_requires_grad(p, true);
   loom_tensor *ps[1] = {p};
-  loom_sgd_options o = loom_sgd_defaults();
-  o.size = 0;
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
+  o.struct_size = 0;
   cr_assert_null(loom_sgd_new(ps, 1, &o));
   tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "sgd", "size");
-  o = loom_sgd_defaults();
-  o.size = sizeof o + 64;
+  loom_sgd_options_init(&o);
+  o.struct_size = sizeof o + 64;
   cr_assert_null(loom_sgd_new(ps, 1, &o));
   tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "sgd", "size");
   const struct {
@@ -245,7 +246,7 @@ Test(errors, nn_and_optim_options) {
              {0.1, 0.9, NAN, 0, false, "dampening"}, {0.1, 0, 0, 0, true, "nesterov"}, {0.1, 0.9, 0.5, 0, true, "nesterov"},
              {INFINITY, 0, 0, 0, false, "lr"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    o = loom_sgd_defaults();
+    loom_sgd_options_init(&o);
     o.lr = bad[i].lr;
     o.momentum = bad[i].mom;
     o.dampening = bad[i].damp;
@@ -254,13 +255,14 @@ Test(errors, nn_and_optim_options) {
     cr_assert_null(loom_sgd_new(ps, 1, &o), "sgd case %zu accepted", i);
     tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "sgd", bad[i].frag);
   }
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   const struct {
     double lr, b1, b2, eps, wd;
   } abad[] = {{-1, 0.9, 0.999, 1e-8, 0}, {1e-3, 1.0, 0.999, 1e-8, 0}, {1e-3, 0.9, -0.1, 1e-8, 0}, {1e-3, 0.9, 0.999, 0, 0},
               {1e-3, 0.9, 0.999, 1e-8, -1}, {1e-3, NAN, 0.999, 1e-8, 0}, {1e-3, 0.9, 0.999, 1e-8, NAN}, {INFINITY, 0.9, 0.999, 1e-8, 0}};
   for (size_t i = 0; i < sizeof abad / sizeof abad[0]; i++) {
-    ao = loom_adamw_defaults();
+    loom_adamw_options_init(&ao);
     ao.lr = abad[i].lr;
     ao.beta1 = abad[i].b1;
     ao.beta2 = abad[i].b2;

@@ -134,7 +134,7 @@ Test(graph, record_stream_on_memory_allocated_during_capture) {
   loom_tensor_release(t);
   cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
   loom_graph_free(g);
-  loom_stream_destroy(side);
+  loom_stream_free(side);
   tk_leak_check();
 }
 
@@ -147,7 +147,8 @@ Test(graph, an_mlp_adamw_step_is_capture_safe) {
   int np = loom_module_num_params(m);
   loom_tensor *params[8];
   for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   loom_optimizer *opt = loom_adamw_new(params, np, &ao);
   int64_t xs[2] = {8, 20}, ys[1] = {8};
   int64_t lab[8] = {0, 1, 2, 3, 4, 0, 1, 2};
@@ -234,7 +235,8 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
   r.opt = loom_adamw_new(params, np, NULL);
   loom_lr_schedule sc = loom_lr_one_cycle(1e-2, 10, RUN_STEPS, 25.0, 1e4);
   cr_assert_eq(loom_optimizer_set_schedule(r.opt, &sc, 0), LOOM_OK, "%s", loom_last_error());
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.growth_interval = 8;  /* growth inside the run too */
   r.scaler = loom_scaler_new(&so);
   int64_t xs[2] = {BATCH, IN}, ys[1] = {BATCH};

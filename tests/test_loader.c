@@ -58,7 +58,8 @@ static const float k_mean[3] = {0.5f, 0.4f, 0.3f};
 static const float k_std[3] = {0.25f, 0.2f, 0.5f};
 
 static loom_loader_options aug_options(int workers, int prefetch) {
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = 10;
   o.shuffle = true;
   o.seed = 1234;
@@ -135,7 +136,7 @@ Test(loader, same_batches_for_any_workers_and_prefetch, .timeout = 120) {
   cr_assert_neq(memcmp(other.bytes, ref.bytes, ref.len), 0);
   free(other.bytes);
   free(ref.bytes);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- exactly once ------------------------------------------------------------------ */
@@ -146,7 +147,8 @@ static void check_epochs(int64_t n, int64_t bs, bool drop_last, int world, bool 
     memset(count, 0, sizeof(int) * (size_t)n);
     int64_t per_rank = drop_last ? n / world : (n + world - 1) / world;
     for (int rank = 0; rank < world; rank++) {
-      loom_loader_options o = loom_loader_options_default();
+      loom_loader_options o;
+      loom_loader_options_init(&o);
       o.batch_size = bs;
       o.drop_last = drop_last;
       o.shuffle = shuffle;
@@ -208,7 +210,7 @@ static void check_epochs(int64_t n, int64_t bs, bool drop_last, int world, bool 
     (void)total;
   }
   free(count);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 Test(loader, exactly_once_per_epoch, .timeout = 60) {
@@ -224,7 +226,8 @@ Test(loader, exactly_once_per_epoch, .timeout = 60) {
 
 Test(loader, epochs_follow_each_other_and_differ) {
   loom_dataset *ds = index_ds(50);
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = 50;
   o.shuffle = true;
   o.x_dtype = LOOM_I32;
@@ -248,7 +251,7 @@ Test(loader, epochs_follow_each_other_and_differ) {
   cr_assert_eq(memcmp(b.x, first[0], sizeof first[0]), 0);
   loom_loader_release_raw(b.buf);
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- transforms -------------------------------------------------------------------- */
@@ -299,7 +302,7 @@ Test(loader, transforms_crop_flip_normalize) {
   loom_loader_free(l);
 
   /* u8 passthrough keeps bytes (crop/flip still apply; here off). */
-  o = loom_loader_options_default();
+  loom_loader_options_init(&o);
   o.batch_size = 4;
   o.x_dtype = LOOM_U8;
   o.y_dtype = LOOM_U8;
@@ -312,50 +315,51 @@ Test(loader, transforms_crop_flip_normalize) {
   }
   loom_loader_release_raw(b.buf);
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 Test(loader, bad_options_are_rejected_with_a_message) {
   loom_dataset *img = image_ds(10), *idx = index_ds(10);
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = 0;
   cr_assert_null(loom_loader_new(img, &o));
   cr_assert_not_null(strstr(loom_last_error(), "batch_size"));
-  o = loom_loader_options_default();
+  loom_loader_options_init(&o);
   o.rank = 2;
   o.world_size = 2;
   cr_assert_null(loom_loader_new(img, &o));
   cr_assert_not_null(strstr(loom_last_error(), "rank"));
-  o = loom_loader_options_default();
+  loom_loader_options_init(&o);
   o.crop_padding = 4;
   cr_assert_null(loom_loader_new(idx, &o));
   cr_assert_eq(loom_last_status(), LOOM_ERR_SHAPE);
-  o = loom_loader_options_default();
+  loom_loader_options_init(&o);
   o.x_dtype = LOOM_U8;
   o.scale = 1.0f / 255.0f;
   cr_assert_null(loom_loader_new(img, &o));
-  o = loom_loader_options_default();
+  loom_loader_options_init(&o);
   o.norm_channels = 2;
   o.mean = k_mean;
   o.std = k_std;
   cr_assert_null(loom_loader_new(img, &o));
   cr_assert_not_null(strstr(loom_last_error(), "channels"));
-  o = loom_loader_options_default();
+  loom_loader_options_init(&o);
   o.device = loom_cuda(0);
   if (loom_device_count(LOOM_CUDA) == 0) {
     cr_assert_null(loom_loader_new(img, &o));
     cr_assert_eq(loom_last_status(), LOOM_ERR_DEVICE);
   }
-  o = loom_loader_options_default();
-  o.size = 2;
+  loom_loader_options_init(&o);
+  o.struct_size = 2;
   cr_assert_null(loom_loader_new(img, &o));
   cr_assert_null(loom_loader_new(NULL, NULL));
   /* NULL options: defaults. */
   loom_loader *l = loom_loader_new(img, NULL);
   cr_assert_not_null(l, "%s", loom_last_error());
   loom_loader_free(l);
-  loom_dataset_free(img);
-  loom_dataset_free(idx);
+  loom_dataset_release(img);
+  loom_dataset_release(idx);
 }
 
 /* ---- errors ------------------------------------------------------------------------ */
@@ -377,7 +381,7 @@ static loom_status failing_read(void *user, int64_t i, void *x, void *y) {
 static loom_dataset *failing_ds(fail_ctx *c, int64_t n, bool thread_safe) {
   loom_dataset_callbacks cb;
   memset(&cb, 0, sizeof cb);
-  cb.size = sizeof cb;
+  cb.struct_size = sizeof cb;
   cb.length = n;
   cb.x_dtype = LOOM_F32;
   cb.x_ndim = 1;
@@ -398,7 +402,8 @@ Test(loader, worker_error_reaches_the_consumer, .timeout = 30) {
     for (int p = 1; p <= 8; p *= 2) {
       fail_ctx c = {.fail_at = 57};
       loom_dataset *ds = failing_ds(&c, 200, wi % 2 == 0);
-      loom_loader_options o = loom_loader_options_default();
+      loom_loader_options o;
+      loom_loader_options_init(&o);
       o.batch_size = 10;
       o.workers = workers[wi];
       o.prefetch = p;
@@ -421,14 +426,15 @@ Test(loader, worker_error_reaches_the_consumer, .timeout = 30) {
       cr_assert_eq(loom_loader_next_raw(l, &b, 1), LOOM_ERR_IO);
       cr_assert_eq(loom_loader_start_epoch(l, 1), LOOM_OK);
       loom_loader_free(l);
-      loom_dataset_free(ds);
+      loom_dataset_release(ds);
     }
 }
 
 Test(loader, error_then_restart_recovers, .timeout = 30) {
   fail_ctx c = {.fail_at = 5};
   loom_dataset *ds = failing_ds(&c, 20, false);
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = 4;
   o.workers = 2;
   o.prefetch = 4;
@@ -455,7 +461,7 @@ Test(loader, error_then_restart_recovers, .timeout = 30) {
   }
   cr_assert_eq(got, 20);
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- teardown and buffer ownership --------------------------------------------------- */
@@ -481,17 +487,18 @@ Test(loader, destroy_mid_epoch, .timeout = 30) {
         loom_loader_release_raw(kept.buf);
       }
     }
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* The dataset outlives the caller's reference while a loader uses it. */
 Test(loader, loader_keeps_its_dataset_alive) {
   loom_dataset *ds = index_ds(30);
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.x_dtype = LOOM_I32;
   o.batch_size = 7;
   loom_loader *l = loom_loader_new(ds, &o);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   int64_t got = 0;
   loom_raw_batch b;
   while (loom_loader_next_raw(l, &b, 1) == LOOM_OK && b.n) { got += b.n; loom_loader_release_raw(b.buf); }
@@ -568,7 +575,7 @@ Test(loader, batches_released_from_another_thread_and_held_many, .timeout = 30) 
   for (int i = nh / 2; i < nh; i++) loom_loader_release_raw(held[i].buf);
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- metrics -------------------------------------------------------------------- */
@@ -581,9 +588,9 @@ Test(loader, stats_count_batches_samples_and_wait) {
   while (loom_loader_next_raw(l, &b, 1) == LOOM_OK && b.n) { n += b.n; loom_loader_release_raw(b.buf); }
   cr_assert_eq(n, 95);
   loom_loader_stats s;
-  s.size = sizeof s;
+  s.struct_size = sizeof s;
   cr_assert_eq(loom_loader_stats_get(l, &s), LOOM_OK);
-  cr_assert_eq(s.size, sizeof s);
+  cr_assert_eq(s.struct_size, sizeof s);
   cr_assert_eq(s.batches, 10);
   cr_assert_eq(s.samples, 95);
   cr_assert_geq(s.batches_produced, 10);
@@ -602,7 +609,7 @@ Test(loader, stats_count_batches_samples_and_wait) {
   cr_assert_geq(small.wait, 0.0);
   cr_assert_float_eq(small.tail_guard, 42.0, 0.0);
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- tensors ------------------------------------------------------------------- */
@@ -656,7 +663,7 @@ Test(loader_tensor, next_gives_zero_copy_batch_tensors) {
   cr_assert_not_null(x);
   loom_tensor_release(x);
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* The profiler records the workers' fills on their own threads while the
@@ -692,7 +699,7 @@ Test(loader, profiled_epoch_records_worker_fills, .timeout = 60) {
   cr_assert_eq(batches, 12);
   cr_assert_eq(waits, batches);
   cr_assert_geq(fills, batches);  /* and maybe some of the next epoch */
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- next_into: batches copied into the caller's tensors ------------------------- */
@@ -810,7 +817,7 @@ static void into_matches_next(loom_device dev, bool channels_last) {
   }
   cr_assert_eq(loom_loader_epoch(b), 2);
   assert_same_runs(&ra, &rb, "next vs next_into");
-  loom_loader_stats sa = {.size = sizeof sa}, sb = {.size = sizeof sb};
+  loom_loader_stats sa = {.struct_size = sizeof sa}, sb = {.struct_size = sizeof sb};
   cr_assert_eq(loom_loader_stats_get(a, &sa), LOOM_OK);
   cr_assert_eq(loom_loader_stats_get(b, &sb), LOOM_OK);
   cr_assert(sa.batches == sb.batches && sa.samples == sb.samples && sb.batches == 7 && sb.samples == 60,
@@ -821,7 +828,7 @@ static void into_matches_next(loom_device dev, bool channels_last) {
   free(rb.bytes);
   loom_loader_free(a);
   loom_loader_free(b);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* next and next_into interleaved on one loader = next alone on another. */
@@ -847,7 +854,7 @@ static void interleaved_equals_next_only(loom_device dev) {
   free(rb.bytes);
   loom_loader_free(a);
   loom_loader_free(b);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 Test(loader_into, matches_next_over_epochs_with_a_short_last_batch, .timeout = 60) {
@@ -922,7 +929,7 @@ Test(loader_into, malformed_arguments_are_rejected_and_take_no_batch, .timeout =
   free(rb.bytes);
   loom_loader_free(a);
   loom_loader_free(b);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* A channels-last loader wants a channels-last x; labels are optional. */
@@ -947,14 +954,15 @@ Test(loader_into, channels_last_loader_wants_nhwc_x_and_y_may_be_null) {
   cr_assert(e == 0 && bt == 1);
   loom_scope_end();
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* A loader in error returns its error to next_into too, every call. */
 Test(loader_into, loader_error_reaches_next_into, .timeout = 30) {
   fail_ctx c = {.fail_at = 57};
   loom_dataset *ds = failing_ds(&c, 200, true);
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = BS;
   o.workers = 2;
   loom_loader *l = loom_loader_new(ds, &o);
@@ -977,7 +985,7 @@ Test(loader_into, loader_error_reaches_next_into, .timeout = 30) {
   }
   loom_scope_end();
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* ---- the same on a GPU (skipped without one) ------------------------------------ */
@@ -1010,7 +1018,7 @@ Test(loader_cuda, next_into_rejects_a_tensor_on_another_device, .timeout = 60) {
   cr_assert(e == 0 && bt == 1 && n == BS);
   loom_scope_end();
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
 }
 
 /* What next_into is for: a captured graph reads x; each step writes the next
@@ -1056,7 +1064,7 @@ Test(loader_cuda, next_into_feeds_a_captured_graph, .timeout = 120) {
   free(want);
   loom_loader_free(a);
   loom_loader_free(b);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   loom_tensor_release(z);
   loom_graph_free(g);
   loom_tensor_release(x);

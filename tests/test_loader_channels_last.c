@@ -25,7 +25,8 @@ static loom_dataset *cifar_like(void) {
 
 static loom_loader_options opts(int workers, bool cl) {
   static const float mean[3] = {0.49f, 0.48f, 0.45f}, stdv[3] = {0.25f, 0.24f, 0.26f};
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = B;
   o.shuffle = true;
   o.seed = 5;
@@ -90,7 +91,7 @@ Test(loader_channels_last, same_values_nhwc_strides_any_workers, .timeout = 60) 
     free(got);
   }
   free(ref);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   tk_leak_check();
 }
 
@@ -99,11 +100,12 @@ Test(loader_channels_last, needs_chw_samples) {
   int64_t shape[2] = {4, 6};
   loom_dataset *ds = loom_dataset_memory(x, LOOM_F32, 2, shape, NULL, LOOM_U8, 1, true);
   cr_assert_not_null(ds);
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.channels_last = true;
   cr_assert_null(loom_loader_new(ds, &o));
   tk_assert_error(loom_last_status(), LOOM_ERR_SHAPE, "channels_last needs [C,H,W] samples");
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   tk_leak_check();
 }
 
@@ -126,7 +128,8 @@ Test(loader_channels_last, cifar_file_to_nhwc_batch) {
   const char *files[1] = {path};
   loom_dataset *ds = loom_dataset_cifar10_open(files, 1);
   cr_assert_not_null(ds, "%s", loom_last_error());
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.batch_size = R;
   o.workers = 1;
   o.channels_last = true;
@@ -148,7 +151,7 @@ Test(loader_channels_last, cifar_file_to_nhwc_batch) {
   free(lab);
   loom_scope_end();
   loom_loader_free(l);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   unlink(path);
   rmdir(dir);
   tk_leak_check();

@@ -133,7 +133,8 @@ Test(optim, sgd_matches_reference) {
     double *p0 = tk_rand_vals(n, -1, 1, 0, LOOM_F32);
     loom_tensor *p = tk_tensor(p0, 1, &n, LOOM_F32, loom_cpu());
     loom_set_requires_grad(p, true);
-    loom_sgd_options o = loom_sgd_defaults();
+    loom_sgd_options o;
+    loom_sgd_options_init(&o);
     o.lr = cfgs[c].lr;
     o.momentum = cfgs[c].mom;
     o.dampening = cfgs[c].damp;
@@ -178,7 +179,8 @@ Test(optim, adamw_matches_reference) {
     double *p0 = tk_rand_vals(12, -1, 1, 0, LOOM_F32);
     loom_tensor *p = tk_tensor(p0, 2, s, LOOM_F32, loom_cpu());
     loom_set_requires_grad(p, true);
-    loom_adamw_options o = loom_adamw_defaults();
+    loom_adamw_options o;
+    loom_adamw_options_init(&o);
     o.lr = cfgs[c][0];
     o.beta1 = cfgs[c][1];
     o.beta2 = cfgs[c][2];
@@ -313,9 +315,9 @@ Test(optim, attached_schedule_equals_set_lr_each_step) {
   cr_assert_eq(loom_optimizer_set_schedule(oa, &sc, -1), LOOM_ERR_INVALID_ARG);
   cr_assert(strstr(loom_last_error(), "step is -1"), "%s", loom_last_error());
   loom_lr_schedule old = sc;
-  old.size = 16;
+  old.struct_size = sizeof old + 8;
   cr_assert_eq(loom_optimizer_set_schedule(oa, &old, 0), LOOM_ERR_INVALID_ARG);
-  cr_assert(strstr(loom_last_error(), "schedule.size"), "%s", loom_last_error());
+  cr_assert(strstr(loom_last_error(), "loom_lr_schedule.struct_size"), "%s", loom_last_error());
   cr_assert_eq(loom_optimizer_set_schedule(NULL, &sc, 0), LOOM_ERR_INVALID_ARG);
   loom_optimizer_free(oa);
   loom_optimizer_free(ob);
@@ -337,7 +339,8 @@ static void late_param_case(bool adamw) {
   loom_set_requires_grad(b, true);
   loom_set_requires_grad(solo, true);
   loom_tensor *ps[2] = {a, b};
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = 0.1, so.momentum = 0.9, so.dampening = 0.5;
   loom_optimizer *o = adamw ? loom_adamw_new(ps, 2, NULL) : loom_sgd_new(ps, 2, &so);
   loom_optimizer *o1 = adamw ? loom_adamw_new(&solo, 1, NULL) : loom_sgd_new(&solo, 1, &so);

@@ -513,7 +513,8 @@ static void case_view_expand(const sw_config *c) {
 /* x [2, 3, 5, 5], w [4, 3, 3, 3], b [4]; stride (2, 1), padding 1. */
 static loom_tensor *conv_fn(loom_tensor **in, void *ctx) {
   (void)ctx;
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.stride[0] = 2;
   o.padding[0] = o.padding[1] = 1;
   return loom_conv2d(in[0], in[1], in[2], &o);
@@ -629,7 +630,8 @@ typedef struct pool_def {
 static loom_tensor *pool_fn(loom_tensor **in, void *ctx) {
   const pool_def *d = ctx;
   if (d->kind == 2) return loom_adaptive_avg_pool2d(in[0], d->oh, d->ow);
-  loom_pool2d_options o = loom_pool2d_defaults(d->k, d->k);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, d->k, d->k);
   o.stride[0] = o.stride[1] = d->s;
   o.padding[0] = o.padding[1] = d->p;
   return d->kind == 0 ? loom_max_pool2d(in[0], &o) : loom_avg_pool2d(in[0], &o);

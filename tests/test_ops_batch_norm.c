@@ -118,7 +118,8 @@ static void check_training_forward(loom_device dev, fwd_case k) {
   loom_tensor *trm = tk_tensor(rm, 1, &C, LOOM_F32, dev), *trv = tk_tensor(rv, 1, &C, LOOM_F32, dev);
   loom_tensor *tw = k.affine ? tk_tensor(w, 1, &C, LOOM_F32, dev) : NULL;
   loom_tensor *tb = k.affine ? tk_tensor(b, 1, &C, LOOM_F32, dev) : NULL;
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.act = k.act;
   o.momentum = 0.25;
   loom_tensor *y = loom_batch_norm(x, trm, trv, tw, tb, &o);
@@ -179,7 +180,8 @@ DEVICE_TEST(batch_norm, eval_uses_running_stats) {
       double *rv = tk_rand_vals(C, 0.5, 2, 0, LOOM_F32);
       loom_tensor *x = in_format(tk_tensor(xv, 4, sh, LOOM_F32, dev), f ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW);
       loom_tensor *trm = tk_tensor(rm, 1, &C, LOOM_F32, dev), *trv = tk_tensor(rv, 1, &C, LOOM_F32, dev);
-      loom_batch_norm_options o = loom_batch_norm_defaults();
+      loom_batch_norm_options o;
+      loom_batch_norm_options_init(&o);
       o.training = false;
       o.act = act;
       o.eps = 1e-3;
@@ -221,7 +223,8 @@ static void check_backward(loom_device dev, fwd_case k, bool training) {
     loom_set_requires_grad(tw, true);
     loom_set_requires_grad(tb, true);
   }
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.training = training;
   o.act = k.act;
   loom_tensor *y = loom_batch_norm(in_format(x, k.fmt), tk_tensor(rm, 1, &C, LOOM_F32, dev),
@@ -272,7 +275,8 @@ typedef struct gc_ctx {
 
 static loom_tensor *bn_fn(loom_tensor **in, void *p) {
   gc_ctx *c = p;
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.training = c->training;
   o.act = c->act;
   return loom_batch_norm(in_format(in[0], c->fmt), c->rm, c->rv, in[1], in[2], &o);
@@ -329,7 +333,8 @@ DEVICE_TEST(batch_norm, torch_reference) {
     loom_set_requires_grad(x, true);
     loom_set_requires_grad(tw, true);
     loom_set_requires_grad(tb, true);
-    loom_batch_norm_options o = loom_batch_norm_defaults();
+    loom_batch_norm_options o;
+    loom_batch_norm_options_init(&o);
     o.act = LOOM_ACT_RELU;
     loom_tensor *y = loom_batch_norm(in_format(x, fmt), trm, trv, tw, tb, &o);
     tk_assert_tensor(y, 4, sh, LOOM_F32, TORCH_Y, 1e-6, 1e-5, "torch: relu(batch_norm) training");
@@ -383,7 +388,8 @@ DEVICE_TEST(batch_norm, running_stat_updates_bump_versions) {
   loom_tensor *p = tk_tensor(ones, 1, &C, LOOM_F32, dev);
   loom_set_requires_grad(p, true);
   loom_tensor *z = loom_sum_all(loom_mul(p, rm));
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.training = false;
   cr_assert_not_null(loom_batch_norm(x, rm, rv, NULL, NULL, &o), "%s", loom_last_error());
   cr_assert_eq(loom_backward(z), LOOM_OK, "eval mode writes nothing: %s", loom_last_error());
@@ -426,7 +432,8 @@ DEVICE_TEST(batch_norm, errors) {
   int64_t sh[4] = {2, 3, 2, 2}, C = 3, C2 = 2, sh1 = 3, one[2] = {1, 3};
   loom_tensor *x = loom_zeros(4, sh, LOOM_F32, dev);
   loom_tensor *rm = loom_zeros(1, &C, LOOM_F32, dev), *rv = loom_ones(1, &C, LOOM_F32, dev);
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   tk_assert_fails(loom_batch_norm(x, rm, rv, loom_ones(1, &C2, LOOM_F32, dev), NULL, NULL), LOOM_ERR_SHAPE, "weight",
                   "[2]", "[3]");
   tk_assert_fails(loom_batch_norm(x, rm, loom_ones(1, &C, LOOM_F16, dev), NULL, NULL, NULL), LOOM_ERR_DTYPE,
@@ -434,7 +441,7 @@ DEVICE_TEST(batch_norm, errors) {
   tk_assert_fails(loom_batch_norm(x, rm, NULL, NULL, NULL, NULL), LOOM_ERR_INVALID_ARG, "running_var");
   o.training = false;
   tk_assert_fails(loom_batch_norm(x, NULL, NULL, NULL, NULL, &o), LOOM_ERR_INVALID_ARG, "evaluation", "running_mean");
-  o = loom_batch_norm_defaults();
+  loom_batch_norm_options_init(&o);
   tk_assert_fails(loom_batch_norm(loom_zeros(2, one, LOOM_F32, dev), NULL, NULL, NULL, NULL, NULL), LOOM_ERR_SHAPE,
                   "1 value", "per channel");
   tk_assert_fails(loom_batch_norm(loom_zeros(1, &sh1, LOOM_F32, dev), NULL, NULL, NULL, NULL, NULL), LOOM_ERR_SHAPE,
@@ -446,15 +453,15 @@ DEVICE_TEST(batch_norm, errors) {
   tk_assert_fails(loom_batch_norm(x, rg, rv, NULL, NULL, NULL), LOOM_ERR_INVALID_ARG, "running_mean", "requires grad");
   o.momentum = 2;
   tk_assert_fails(loom_batch_norm(x, rm, rv, NULL, NULL, &o), LOOM_ERR_INVALID_ARG, "momentum");
-  o = loom_batch_norm_defaults();
+  loom_batch_norm_options_init(&o);
   o.eps = -1;
   tk_assert_fails(loom_batch_norm(x, rm, rv, NULL, NULL, &o), LOOM_ERR_INVALID_ARG, "eps");
-  o = loom_batch_norm_defaults();
+  loom_batch_norm_options_init(&o);
   o.act = 7;
   tk_assert_fails(loom_batch_norm(x, rm, rv, NULL, NULL, &o), LOOM_ERR_INVALID_ARG, "activation");
-  o = loom_batch_norm_defaults();
-  o.size = 0;
-  tk_assert_fails(loom_batch_norm(x, rm, rv, NULL, NULL, &o), LOOM_ERR_INVALID_ARG, "options.size");
+  loom_batch_norm_options_init(&o);
+  o.struct_size = 0;
+  tk_assert_fails(loom_batch_norm(x, rm, rv, NULL, NULL, &o), LOOM_ERR_INVALID_ARG, "options.struct_size");
   /* A strided running statistic cannot be updated in place through a copy. */
   int64_t six = 6;
   loom_tensor *wide = loom_zeros(1, &six, LOOM_F32, dev);

@@ -94,7 +94,8 @@ static void ref_conv_backward(const conv_case *c, const double *x, const double 
 }
 
 static loom_conv2d_options opts_of(const conv_case *c, bool relu) {
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.stride[0] = c->sh;
   o.stride[1] = c->sw;
   o.padding[0] = c->ph;
@@ -517,7 +518,8 @@ DEVICE_TEST(conv2d, malformed_shapes_and_options_are_errors) {
   int64_t sx[4] = {1, 4, 5, 5}, sw[4] = {6, 4, 3, 3}, sb = 6, sb_bad = 5;
   loom_tensor *x = loom_zeros(4, sx, LOOM_F32, dev), *w = loom_zeros(4, sw, LOOM_F32, dev);
   loom_tensor *b = loom_zeros(1, &sb, LOOM_F32, dev);
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   cr_assert_not_null(loom_conv2d(x, w, b, &o), "%s", loom_last_error());
   cr_assert_not_null(loom_conv2d(x, w, b, NULL), "NULL options are the defaults: %s", loom_last_error());
 
@@ -527,12 +529,12 @@ DEVICE_TEST(conv2d, malformed_shapes_and_options_are_errors) {
                   "7x3");
   o.padding[0] = 1;  /* 5 + 2 = 7: now it fits */
   cr_assert_not_null(loom_conv2d(x, loom_zeros(4, sbig, LOOM_F32, dev), NULL, &o), "%s", loom_last_error());
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   o.dilation[1] = 3; /* 3x3 dilated by 3 -> 7 wide > 5 */
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_SHAPE, "larger than the padded input", "dilation");
 
   /* channels not divisible by groups; weight channels per group */
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   o.groups = 3;
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_SHAPE, "not divisible by groups");
   o.groups = 2;
@@ -543,7 +545,7 @@ DEVICE_TEST(conv2d, malformed_shapes_and_options_are_errors) {
 
   /* ranks */
   int64_t s3[3] = {6, 4, 9};
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   tk_assert_fails(loom_conv2d(x, loom_zeros(3, s3, LOOM_F32, dev), NULL, &o), LOOM_ERR_SHAPE, "weight must be 4-D");
   tk_assert_fails(loom_conv2d(loom_zeros(3, s3, LOOM_F32, dev), w, NULL, &o), LOOM_ERR_SHAPE, "x must be 4-D");
 
@@ -561,24 +563,24 @@ DEVICE_TEST(conv2d, malformed_shapes_and_options_are_errors) {
   /* options */
   o.stride[0] = 0;
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "stride");
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   o.padding[1] = -1;
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "padding");
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   o.dilation[0] = 0;
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "dilation");
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   o.groups = 0;
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "groups");
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   o.act = 7;
   tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "activation");
-  o = loom_conv2d_defaults();
-  o.size = 3;
-  tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "options.size");
+  loom_conv2d_options_init(&o);
+  o.struct_size = 3;
+  tk_assert_fails(loom_conv2d(x, w, NULL, &o), LOOM_ERR_INVALID_ARG, "options.struct_size");
 
   /* NULL inputs propagate; a NULL bias is no bias */
-  o = loom_conv2d_defaults();
+  loom_conv2d_options_init(&o);
   loom_clear_error();
   tk_assert_fails(loom_conv2d(NULL, w, NULL, &o), LOOM_ERR_NULL_INPUT, "conv2d");
   loom_clear_error();
@@ -638,7 +640,8 @@ Test(conv2d_cuda, plan_cache) {
   loom_tensor *x = loom_to_memory_format(loom_randn(4, sx, LOOM_F16, dev), LOOM_FORMAT_NHWC);
   loom_tensor *x2 = loom_to_memory_format(loom_randn(4, sx2, LOOM_F16, dev), LOOM_FORMAT_NHWC);
   loom_tensor *w = loom_randn(4, sw, LOOM_F16, dev);
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.padding[0] = o.padding[1] = 1;
   loom_cuda_conv_stats s0, s1, s2, s3;
   loom_cuda_conv_stats_get(&s0);
@@ -667,7 +670,8 @@ static void conv_steps(loom_device dev, loom_dtype dt, int steps) {
     loom_tensor *x = loom_to_memory_format(loom_randn(4, sx, dt, dev), LOOM_FORMAT_NHWC);
     loom_tensor *w1 = loom_randn(4, sw, dt, dev), *w2 = loom_randn(4, sw2, dt, dev), *b = loom_zeros(1, &sb, dt, dev);
     loom_set_requires_grad(w1, true), loom_set_requires_grad(w2, true), loom_set_requires_grad(b, true);
-    loom_conv2d_options o = loom_conv2d_defaults();
+    loom_conv2d_options o;
+    loom_conv2d_options_init(&o);
     o.padding[0] = o.padding[1] = 1;
     o.act = LOOM_ACT_RELU;
     loom_tensor *h = loom_conv2d(x, w1, b, &o);

@@ -119,7 +119,8 @@ static void ref_pool_backward(const pcase *c, const double *x, const double *gy,
 
 static loom_tensor *run_pool(const pcase *c, loom_tensor *x) {
   if (c->kind == ADAPT) return loom_adaptive_avg_pool2d(x, c->kh, c->kw);
-  loom_pool2d_options o = loom_pool2d_defaults(c->kh, c->kw);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, c->kh, c->kw);
   o.stride[0] = c->sh;
   o.stride[1] = c->sw;
   o.padding[0] = c->ph;
@@ -239,7 +240,8 @@ DEVICE_TEST(max_pool2d, ties_go_to_the_first_and_backward_follows_the_argmax) {
   for (int f = 0; f < 2; f++) {
     loom_tensor *x = tk_tensor(xv, 4, sh, LOOM_F32, dev);
     loom_set_requires_grad(x, true);
-    loom_pool2d_options o = loom_pool2d_defaults(2, 2);
+    loom_pool2d_options o;
+    loom_pool2d_options_init(&o, 2, 2);
     loom_tensor *y = loom_max_pool2d(in_format(x, f ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW), &o);
     double want[2] = {1, 5}, dwant[8] = {10, 0, 0, 20, 0, 0, 0, 0};
     tk_assert_tensor(y, 4, osh, LOOM_F32, want, 0, 0, "max with ties");
@@ -251,7 +253,8 @@ DEVICE_TEST(max_pool2d, ties_go_to_the_first_and_backward_follows_the_argmax) {
 DEVICE_TEST(max_pool2d, nan_propagates) {
   double xv[4] = {1, NAN, 3, 2};
   int64_t sh[4] = {1, 1, 2, 2}, osh[4] = {1, 1, 1, 1};
-  loom_pool2d_options o = loom_pool2d_defaults(2, 2);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 2, 2);
   double want = NAN;
   tk_assert_tensor(loom_max_pool2d(tk_tensor(xv, 4, sh, LOOM_F32, dev), &o), 4, osh, LOOM_F32, &want, 0, 0, "NaN max");
 }
@@ -260,7 +263,8 @@ DEVICE_TEST(adaptive_avg_pool2d, global_equals_full_window_average) {
   tk_seed(205);
   int64_t sh[4] = {3, 5, 4, 7};
   loom_tensor *x = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, dev, NULL);
-  loom_pool2d_options o = loom_pool2d_defaults(4, 7);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 4, 7);
   double *a = tk_read(loom_adaptive_avg_pool2d(x, 1, 1)), *b = tk_read(loom_avg_pool2d(x, &o));
   tk_assert_close(a, b, 15, 1e-6, 1e-6, "global pool vs 4x7 avg pool");
   free(a), free(b);
@@ -300,7 +304,8 @@ DEVICE_TEST(pool2d, gradient_keeps_the_input_format) {
   /* A global pool's [N, C, 1, 1] output cannot tell NCHW from NHWC; the
    * gradient must still come back channels-last. */
   loom_tensor *y = loom_adaptive_avg_pool2d(x, 1, 1);
-  loom_pool2d_options o = loom_pool2d_defaults(2, 2);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 2, 2);
   loom_tensor *z = loom_max_pool2d(x, &o);
   cr_assert_eq(loom_backward(loom_add(loom_sum_all(y), loom_sum_all(z))), LOOM_OK, "%s", loom_last_error());
   loom_tensor *g = loom_grad(x);
@@ -310,24 +315,25 @@ DEVICE_TEST(pool2d, gradient_keeps_the_input_format) {
 DEVICE_TEST(pool2d, errors) {
   int64_t sh[4] = {1, 2, 3, 3}, sh3[3] = {2, 3, 3};
   loom_tensor *x = loom_zeros(4, sh, LOOM_F32, dev);
-  loom_pool2d_options o = loom_pool2d_defaults(4, 4);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 4, 4);
   tk_assert_fails(loom_max_pool2d(x, &o), LOOM_ERR_SHAPE, "max_pool2d", "larger than the padded input", "3x3");
   o.padding[0] = o.padding[1] = 1;  /* 5x5 padded: a 4x4 window fits */
   cr_assert_not_null(loom_avg_pool2d(x, &o), "%s", loom_last_error());
-  o = loom_pool2d_defaults(3, 3);
+  loom_pool2d_options_init(&o, 3, 3);
   o.padding[1] = 2;
   tk_assert_fails(loom_avg_pool2d(x, &o), LOOM_ERR_INVALID_ARG, "avg_pool2d", "half the kernel");
-  o = loom_pool2d_defaults(2, 2);
+  loom_pool2d_options_init(&o, 2, 2);
   o.stride[0] = -1;
   tk_assert_fails(loom_max_pool2d(x, &o), LOOM_ERR_INVALID_ARG, "stride");
-  o = loom_pool2d_defaults(0, 2);
+  loom_pool2d_options_init(&o, 0, 2);
   tk_assert_fails(loom_max_pool2d(x, &o), LOOM_ERR_INVALID_ARG, "kernel");
-  o = loom_pool2d_defaults(2, 2);
+  loom_pool2d_options_init(&o, 2, 2);
   tk_assert_fails(loom_max_pool2d(loom_zeros(3, sh3, LOOM_F32, dev), &o), LOOM_ERR_SHAPE, "4-D");
   tk_assert_fails(loom_max_pool2d(loom_zeros(4, sh, LOOM_I64, dev), &o), LOOM_ERR_DTYPE, "i64");
-  tk_assert_fails(loom_max_pool2d(x, NULL), LOOM_ERR_INVALID_ARG, "loom_pool2d_defaults");
-  o.size = 1;
-  tk_assert_fails(loom_avg_pool2d(x, &o), LOOM_ERR_INVALID_ARG, "options.size");
+  tk_assert_fails(loom_max_pool2d(x, NULL), LOOM_ERR_INVALID_ARG, "loom_pool2d_options_init");
+  o.struct_size = 1;
+  tk_assert_fails(loom_avg_pool2d(x, &o), LOOM_ERR_INVALID_ARG, "options.struct_size");
   tk_assert_fails(loom_adaptive_avg_pool2d(x, 0, 2), LOOM_ERR_INVALID_ARG, "output size");
   loom_clear_error();
   tk_assert_fails(loom_adaptive_avg_pool2d(NULL, 1, 1), LOOM_ERR_NULL_INPUT, "adaptive_avg_pool2d");

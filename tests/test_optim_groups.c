@@ -38,11 +38,13 @@ DEVICE_TEST(optim_groups, sgd_nesterov_two_groups_match_pytorch) {
   for (int i = 0; i < 5; i++) a0[i] = cos(0.3 * i);
   for (int i = 0; i < 3; i++) b0[i] = cos(0.3 * i);
   loom_tensor *a = leaf(a0, 5), *b = leaf(b0, 3);
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.1, o.momentum = 0.9, o.nesterov = true, o.weight_decay = 5e-4;
   loom_optimizer *opt = loom_sgd_new(&a, 1, &o);
   cr_assert_not_null(opt, "%s", loom_last_error());
-  loom_param_group_options g = loom_param_group_defaults();
+  loom_param_group_options g;
+  loom_param_group_options_init(&g);
   g.lr = 0.05, g.weight_decay = 0.0;
   cr_assert_eq(loom_optimizer_add_param_group(opt, &b, 1, &g), LOOM_OK, "%s", loom_last_error());
   cr_assert_eq(loom_optimizer_num_groups(opt), 2);
@@ -76,7 +78,8 @@ Test(optim_groups, adamw_groups_match_reference) {
   const double lr[3] = {1e-2, 3e-2, 5e-3}, wd[3] = {0.1, 0.0, 0.02};
   loom_tensor *p[3];
   double *ref[3], m[3][4] = {{0}}, v[3][4] = {{0}};
-  loom_adamw_options o = loom_adamw_defaults();
+  loom_adamw_options o;
+  loom_adamw_options_init(&o);
   o.lr = lr[0], o.weight_decay = wd[0];
   for (int k = 0; k < 3; k++) {
     ref[k] = tk_rand_vals(4, -1, 1, 0, LOOM_F32);
@@ -85,7 +88,8 @@ Test(optim_groups, adamw_groups_match_reference) {
   loom_optimizer *opt = loom_adamw_new(&p[0], 1, &o);
   cr_assert_not_null(opt, "%s", loom_last_error());
   for (int k = 1; k < 3; k++) {
-    loom_param_group_options g = loom_param_group_defaults();
+    loom_param_group_options g;
+    loom_param_group_options_init(&g);
     g.lr = lr[k], g.weight_decay = wd[k];
     cr_assert_eq(loom_optimizer_add_param_group(opt, &p[k], 1, &g), LOOM_OK, "%s", loom_last_error());
   }
@@ -121,14 +125,16 @@ Test(optim_groups, lr_control_and_defaults) {
   loom_scope_begin();
   double one[2] = {1, 1};
   loom_tensor *a = leaf(one, 2), *b = leaf(one, 2), *c = leaf(one, 2);
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.2, o.weight_decay = 0.01;
   loom_optimizer *opt = loom_sgd_new(&a, 1, &o);
   /* Defaults: group 0's lr, the optimizer's weight decay. */
   cr_assert_eq(loom_optimizer_add_param_group(opt, &b, 1, NULL), LOOM_OK, "%s", loom_last_error());
   cr_assert_float_eq(loom_optimizer_get_group_lr(opt, 1), 0.2, 1e-15);
   cr_assert_float_eq(loom_optimizer_get_group_weight_decay(opt, 1), 0.01, 1e-15);
-  loom_param_group_options g = loom_param_group_defaults();
+  loom_param_group_options g;
+  loom_param_group_options_init(&g);
   g.lr = 0.5;
   cr_assert_eq(loom_optimizer_add_param_group(opt, &c, 1, &g), LOOM_OK);
   cr_assert_float_eq(loom_optimizer_get_group_lr(opt, 2), 0.5, 1e-15);
@@ -170,12 +176,13 @@ Test(optim_groups, bad_arguments) {
   loom_tensor *twice[2] = {b, b};
   tk_assert_error(loom_optimizer_add_param_group(opt, twice, 2, NULL), LOOM_ERR_INVALID_ARG, "given twice");
   tk_assert_error(loom_optimizer_add_param_group(opt, &b, 0, NULL), LOOM_ERR_INVALID_ARG, "at least one");
-  loom_param_group_options g = loom_param_group_defaults();
+  loom_param_group_options g;
+  loom_param_group_options_init(&g);
   g.lr = -1;
   tk_assert_error(loom_optimizer_add_param_group(opt, &b, 1, &g), LOOM_ERR_INVALID_ARG, "lr", "-1");
-  g = loom_param_group_defaults();
-  g.size = 1000;
-  tk_assert_error(loom_optimizer_add_param_group(opt, &b, 1, &g), LOOM_ERR_INVALID_ARG, "options.size");
+  loom_param_group_options_init(&g);
+  g.struct_size = 1000;
+  tk_assert_error(loom_optimizer_add_param_group(opt, &b, 1, &g), LOOM_ERR_INVALID_ARG, "options.struct_size");
   int64_t two = 2;
   loom_tensor *h = loom_zeros(1, &two, LOOM_F16, loom_cpu());
   tk_assert_error(loom_optimizer_add_param_group(opt, &h, 1, NULL), LOOM_ERR_INVALID_ARG, "f32");
@@ -199,14 +206,16 @@ DEVICE_TEST(optim_groups, late_group_starts_fresh) {
   loom_scope_begin();
   double init[3] = {0.5, -1, 2}, ga[3] = {0.1, -0.2, 0.3}, gb[3] = {1, 2, -3};
   loom_tensor *a = leaf(init, 3), *b = leaf(init, 3), *solo = leaf(init, 3);
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.1, o.momentum = 0.9, o.nesterov = true;
   loom_optimizer *opt = loom_sgd_new(&a, 1, &o);
   for (int s = 0; s < 2; s++) {
     set_grad(a, ga);
     cr_assert_eq(loom_optimizer_step(opt), LOOM_OK);
   }
-  loom_param_group_options g = loom_param_group_defaults();
+  loom_param_group_options g;
+  loom_param_group_options_init(&g);
   g.lr = 0.05;
   cr_assert_eq(loom_optimizer_add_param_group(opt, &b, 1, &g), LOOM_OK, "%s", loom_last_error());
   o.lr = 0.05;
@@ -249,7 +258,8 @@ Test(optim_groups, module_split_and_optimizer_for_module) {
   cr_assert_eq(loom_module_split_decay(NULL, d, &n_d, nd, &n_nd), LOOM_ERR_INVALID_ARG);
 
   cr_assert_eq(loom_module_set_precision(mlp, LOOM_PRECISION_MIXED_BF16, false), LOOM_OK);
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.1, o.momentum = 0.9, o.nesterov = true, o.weight_decay = 0.05;
   loom_optimizer *opt = loom_sgd_new_for_module(mlp, &o);
   cr_assert_not_null(opt, "%s", loom_last_error());
@@ -282,7 +292,8 @@ Test(optim_groups, module_split_and_optimizer_for_module) {
   loom_optimizer_free(opt);
 
   /* AdamW: the same two groups. */
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   opt = loom_adamw_new_for_module(mlp, &ao);
   cr_assert_not_null(opt, "%s", loom_last_error());
   cr_assert_eq(loom_optimizer_num_groups(opt), 2);

@@ -23,12 +23,14 @@ typedef struct kind {
 } kind;
 
 static loom_optimizer *make_sgd(loom_tensor *const *p, int n) {
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.1, o.momentum = 0.9, o.weight_decay = 0.01;
   return loom_sgd_new(p, n, &o);
 }
 static loom_adamw_options adamw_opts(void) {
-  loom_adamw_options o = loom_adamw_defaults();
+  loom_adamw_options o;
+  loom_adamw_options_init(&o);
   o.lr = 0.01, o.weight_decay = 0.02;
   return o;
 }
@@ -85,7 +87,8 @@ static void drive(const kind *k, loom_tensor **p, loom_optimizer **out) {
   loom_optimizer *o = k->make(p, 2);
   cr_assert_not_null(o, "%s: %s", k->name, loom_last_error());
   cr_assert_eq(loom_optimizer_num_groups(o), 1);
-  loom_param_group_options go = loom_param_group_defaults();
+  loom_param_group_options go;
+  loom_param_group_options_init(&go);
   go.lr = 0.02;
   cr_assert_eq(loom_optimizer_add_param_group(o, &p[2], 1, &go), LOOM_OK, "%s: %s", k->name, loom_last_error());
   cr_assert_eq(loom_optimizer_num_groups(o), 2);
@@ -217,7 +220,8 @@ static loom_optimizer *offload_for(loom_module *m) {
   loom_adamw_options ao = adamw_opts();
   loom_optimizer *w = loom_adamw_offload_new(ps, np - 1, &ao);
   cr_assert_not_null(w, "%s", loom_last_error());
-  loom_param_group_options go = loom_param_group_defaults();
+  loom_param_group_options go;
+  loom_param_group_options_init(&go);
   go.weight_decay = 0.0;
   cr_assert_eq(loom_optimizer_add_param_group(w, &ps[np - 1], 1, &go), LOOM_OK, "%s", loom_last_error());
   return w;
@@ -262,12 +266,12 @@ Test(optim_interface, offload_wrapper_and_inner_agree) {
   char dir[256], path[300];
   tk_tmpdir(dir, sizeof dir, "loom-optif");
   snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
-  loom_train_state st = {.size = sizeof st, .model = m, .optimizer = w};
+  loom_train_state st = {.struct_size = sizeof st, .model = m, .optimizer = w};
   cr_assert_eq(loom_checkpoint_save(path, &st), LOOM_OK, "%s", loom_last_error());
   loom_manual_seed(99);
   loom_module *m2 = loom_mlp_new(6, 1, hidden, 3, loom_cpu());
   loom_optimizer *w2 = offload_for(m2);
-  loom_train_state st2 = {.size = sizeof st2, .model = m2, .optimizer = w2};
+  loom_train_state st2 = {.struct_size = sizeof st2, .model = m2, .optimizer = w2};
   cr_assert_eq(loom_checkpoint_restore(path, &st2), LOOM_OK, "%s", loom_last_error());
   assert_agree(w2, "after restore");
   cr_assert_eq(loom_optimizer_steps(w2), 2);

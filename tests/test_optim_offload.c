@@ -21,7 +21,8 @@ static double *train(loom_device dev, bool offload, int64_t *steps) {
   loom_tensor *unused = loom_ones(1, ls, LOOM_F32, dev);  /* never gets a gradient */
   loom_set_requires_grad(unused, true);
   params[np] = unused;
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   ao.weight_decay = 0.05;
   loom_optimizer *opt = offload ? loom_adamw_offload_new(params, np + 1, &ao) : loom_adamw_new(params, np + 1, &ao);
   cr_assert_not_null(opt, "%s", loom_last_error());

@@ -299,7 +299,7 @@ Test(prof, mlp_step_trace) {
   char *table = loom_profiler_summary(0);
   cr_assert_not_null(table, "%s", loom_last_error());
   cr_assert(strstr(table, "linear_backward") && strstr(table, "GFLOP/s") && strstr(table, "2 steps"), "%s", table);
-  free(table);
+  loom_free(table);
 
   /* The recording can be written again elsewhere, identically parseable. */
   char *again = tmp_path("again");
@@ -454,7 +454,8 @@ Test(prof, loader_threads_get_tracks) {
   const int64_t xs[1] = {4};
   loom_dataset *ds = loom_dataset_memory(x, LOOM_F32, 1, xs, y, LOOM_I32, NS, true);
   cr_assert_not_null(ds);
-  loom_loader_options lo = loom_loader_options_default();
+  loom_loader_options lo;
+  loom_loader_options_init(&lo);
   lo.batch_size = 8;
   lo.workers = 2;
   char *path = tmp_path("loader");
@@ -475,7 +476,7 @@ Test(prof, loader_threads_get_tracks) {
   }
   loom_loader_free(l);  /* joins the workers: their buffers are complete */
   cr_assert_eq(loom_profiler_stop(), LOOM_OK);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   cr_assert_eq(batches, NS / 8);
   json_t *root = load_trace(path);
   assert_balanced(root);
@@ -543,7 +544,7 @@ Test(prof, snapshot_names_allocation_sites) {
   }
   cr_assert_gt(json_array_size(json_object_get(root, "history")), 0);
   json_decref(root);
-  free(snap);
+  loom_free(snap);
   loom_tensor_release(a);
   loom_tensor_release(c);
   loom_tensor_release(u);
@@ -699,7 +700,8 @@ Test(prof, conv2d_flops) {
   cr_assert_eq(loom_set_requires_grad(x, true), LOOM_OK);
   cr_assert_eq(loom_set_requires_grad(w, true), LOOM_OK);
   cr_assert_eq(loom_set_requires_grad(b, true), LOOM_OK);
-  loom_conv2d_options co = loom_conv2d_defaults();
+  loom_conv2d_options co;
+  loom_conv2d_options_init(&co);
   co.padding[0] = co.padding[1] = 1;
   cr_assert_eq(loom_profiler_start(NULL), LOOM_OK, "%s", loom_last_error());
   loom_scope_begin();

@@ -34,7 +34,8 @@ static const arch_case CASES[] = {
 
 static loom_module *make(loom_resnet_arch arch, int64_t in, int64_t classes, loom_resnet_shortcut sc,
                          loom_memory_format f) {
-  loom_resnet_options o = loom_resnet_defaults(arch);
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, arch);
   o.in_channels = in, o.num_classes = classes, o.shortcut = sc, o.memory_format = f;
   loom_module *m = loom_resnet_new(arch, &o, loom_cpu());
   cr_assert_not_null(m, "%s", loom_last_error());
@@ -70,7 +71,8 @@ Test(resnet, counts_and_names_match_torchvision) {
   cr_assert_eq(loom_resnet_parse("resnet56", &a), LOOM_OK);
   cr_assert_eq(a, LOOM_RESNET56);
   tk_assert_error(loom_resnet_parse("resnet21", &a), LOOM_ERR_INVALID_ARG, "unknown model 'resnet21'", "resnet20");
-  loom_resnet_options o = loom_resnet_defaults(LOOM_RESNET20);
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, LOOM_RESNET20);
   o.num_classes = 0;
   cr_assert_null(loom_resnet_new(LOOM_RESNET20, &o, loom_cpu()));
   tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "num_classes");
@@ -188,7 +190,8 @@ Test(nn_layers, dropout_pool_flatten_modules) {
   tk_assert_tensor(loom_module_forward(d, x), 4, shape, LOOM_F32, ones, 0, 0, "eval dropout is the identity");
   cr_assert_null(loom_dropout_new(1.5));
 
-  loom_pool2d_options po = loom_pool2d_defaults(2, 2);
+  loom_pool2d_options po;
+  loom_pool2d_options_init(&po, 2, 2);
   po.stride[0] = po.stride[1] = 2;
   loom_module *mp = loom_max_pool2d_new(&po), *ap = loom_avg_pool2d_new(&po);
   loom_module *gap = loom_adaptive_avg_pool2d_new(1, 1), *fl = loom_flatten_new(1, -1);
@@ -209,7 +212,8 @@ Test(nn_layers, dropout_pool_flatten_modules) {
 Test(nn_layers, sequential_fuses_relu_into_conv_and_bn) {
   loom_scope_begin();
   loom_manual_seed(5);
-  loom_conv2d_options co = loom_conv2d_defaults();
+  loom_conv2d_options co;
+  loom_conv2d_options_init(&co);
   co.padding[0] = co.padding[1] = 1;
   loom_module *seq = loom_sequential_new();
   loom_module *conv = loom_conv2d_new(3, 4, 3, 3, &co, true, LOOM_INIT_DEFAULT, loom_cpu());
@@ -232,7 +236,8 @@ Test(nn_layers, sequential_fuses_relu_into_conv_and_bn) {
   /* The same with the unfused ops (BN in eval mode: deterministic, no stat update). */
   cr_assert_eq(loom_module_train(seq, false), LOOM_OK);
   y = loom_module_forward(seq, x);
-  loom_batch_norm_options bo = loom_batch_norm_defaults();
+  loom_batch_norm_options bo;
+  loom_batch_norm_options_init(&bo);
   bo.training = false;
   loom_tensor *h = loom_relu(loom_conv2d(x, loom_module_param(conv, 0), loom_module_param(conv, 1), &co));
   h = loom_relu(loom_batch_norm(loom_conv2d(h, loom_module_param(conv2, 0), NULL, &co), loom_module_buffer(bn, 0),
@@ -346,7 +351,8 @@ static void train_quadrants(loom_precision prec, loom_memory_format fmt, int ste
   loom_manual_seed(1234);
   loom_module *m = make(LOOM_RESNET20, 1, 4, LOOM_SHORTCUT_ZERO_PAD, fmt);
   if (prec != LOOM_PRECISION_FP32) cr_assert_eq(loom_module_set_precision(m, prec, true), LOOM_OK, "%s", loom_last_error());
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = 0.05, so.momentum = 0.9, so.nesterov = true, so.weight_decay = 5e-4;
   loom_optimizer *opt = loom_sgd_new_for_module(m, &so);
   cr_assert_not_null(opt, "%s", loom_last_error());

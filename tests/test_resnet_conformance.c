@@ -152,7 +152,8 @@ static void compare_sgd(worst *w, loom_safetensors *f, loom_safetensors *ck3, co
 }
 
 static loom_module *build(const conf_case *k) {
-  loom_resnet_options o = loom_resnet_defaults(k->arch);
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, k->arch);
   o.num_classes = 10, o.shortcut = k->shortcut, o.memory_format = k->format;
   loom_module *m = loom_resnet_new(k->arch, &o, loom_cpu());
   cr_assert_not_null(m, "%s", loom_last_error());
@@ -207,7 +208,8 @@ static void run_case(const conf_case *k) {
   /* loom: STEPS SGD steps from its own initialisation. */
   loom_tensor **params = calloc((size_t)np, sizeof *params);
   for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = LR, so.momentum = MOMENTUM, so.weight_decay = WEIGHT_DECAY;
   loom_optimizer *opt = loom_sgd_new(params, np, &so);
   cr_assert_not_null(opt, "%s", loom_last_error());

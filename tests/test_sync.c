@@ -34,7 +34,8 @@ static void step_without_waits(loom_device dev, cfg c) {
   for (int i = 0; i < np; i++) ps[i] = loom_module_param(m, i);
   loom_optimizer *o = c.adamw ? loom_adamw_new(ps, np, NULL) : loom_sgd_new(ps, np, NULL);
   cr_assert_not_null(o, "%s", loom_last_error());
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.init_scale = 1024;
   so.enabled = c.scaler;
   loom_grad_scaler *s = loom_scaler_new(&so);

@@ -42,7 +42,8 @@ static void train(loom_device dev, int use_sgd) {
   loom_optimizer *opt;
   loom_lr_schedule sched;
   if (use_sgd) {
-    loom_sgd_options o = loom_sgd_defaults();
+    loom_sgd_options o;
+    loom_sgd_options_init(&o);
     o.momentum = 0.9;
     o.weight_decay = 1e-4;
     opt = loom_sgd_new(params, np, &o);

@@ -58,7 +58,8 @@ static int setup(runner *r, const model_spec *ms, loom_precision prec, loom_devi
   if (!r->params) return 0;
   for (int i = 0; i < np; i++) r->params[i] = loom_module_param(r->m, i);
   r->o = loom_adamw_new(r->params, np, NULL);
-  loom_scaler_options so = loom_scaler_defaults();
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
   so.enabled = prec == LOOM_PRECISION_MIXED_FP16;
   r->s = loom_scaler_new(&so);
   return r->o && r->s;

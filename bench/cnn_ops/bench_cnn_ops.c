@@ -66,9 +66,10 @@ static loom_tensor *fmt(loom_tensor *t, bool nhwc) {
 }
 
 static loom_pool2d_options pool_opts(int op) {
-  loom_pool2d_options o = loom_pool2d_defaults(2, 2);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 2, 2);
   if (op == MAXPOOL_FWD || op == MAXPOOL_BWD) {
-    o = loom_pool2d_defaults(3, 3);
+    loom_pool2d_options_init(&o, 3, 3);
     o.stride[0] = o.stride[1] = 2;
     o.padding[0] = o.padding[1] = 1;
   }
@@ -145,7 +146,8 @@ static int run_once(state *s, bool nhwc) {
   const bcase *c = s->c;
   loom_scope_begin();
   loom_tensor *r = NULL;
-  loom_batch_norm_options bo = loom_batch_norm_defaults();
+  loom_batch_norm_options bo;
+  loom_batch_norm_options_init(&bo);
   loom_pool2d_options po = pool_opts(c->op);
   switch (c->op) {
     case BN_TRAIN_FWD:

@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
   if (min_b < 4) min_b = 4;
   loom_device dev;
   if (loom_device_parse(device, &dev) != LOOM_OK) return fail("device");
-  loom_comm_options co = loom_comm_defaults();
+  loom_comm_options co;
+  loom_comm_options_init(&co);
   co.device = dev;
   if (dev.kind == LOOM_CUDA) {
     co.device.index = -1;            /* the GPU of this local rank */

@@ -120,7 +120,8 @@ int main(int argc, char **argv) {
   if (loom_comm_barrier(c) != LOOM_OK) return fail("barrier");
 
   /* 2. Data parallel. */
-  loom_ddp_options o = loom_ddp_defaults();
+  loom_ddp_options o;
+  loom_ddp_options_init(&o);
   o.first_bucket_mib = first_mib;
   o.bucket_mib = mib;
   r.d = loom_ddp_new(r.m, c, &o);
@@ -129,7 +130,7 @@ int main(int argc, char **argv) {
   /* The stats kept are those of the last round, the timing the best. */
   double dp = timed(&r, steps, &ok);
   if (!ok) return fail("data-parallel step");
-  loom_ddp_stats st = {.size = sizeof st};
+  loom_ddp_stats st = {.struct_size = sizeof st};
   loom_ddp_stats_get(r.d, &st);
   if (rank == 0) {
     double k = st.steps > 0 ? 1.0 / (double)st.steps : 0;

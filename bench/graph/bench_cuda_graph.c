@@ -60,7 +60,8 @@ int main(int argc, char **argv) {
   int np = loom_module_num_params(m);
   loom_tensor *params[8];
   for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   loom_optimizer *opt = loom_adamw_new(params, np, &ao);
   int64_t xs[2] = {batch, 784}, ys[1] = {batch};
   int64_t *lab = malloc((size_t)batch * sizeof *lab);

@@ -31,7 +31,8 @@ static const float k_std[3] = {0.2470f, 0.2435f, 0.2616f};
 static loom_device g_dev;
 
 static loom_loader_options options(int workers) {
-  loom_loader_options o = loom_loader_options_default();
+  loom_loader_options o;
+  loom_loader_options_init(&o);
   o.device = g_dev;
   o.batch_size = 128;
   o.shuffle = true;
@@ -109,7 +110,7 @@ static int run_loader(loom_dataset *ds, int workers, int epochs, double *secs, i
   *secs = now_s() - t0;
   *samples = done;
   loom_loader_stats st;
-  st.size = sizeof st;
+  st.struct_size = sizeof st;
   loom_loader_stats_get(l, &st);
   *wait = st.wait_fraction;
   loom_loader_free(l);
@@ -167,7 +168,7 @@ int main(int argc, char **argv) {
            "speedup=%.2f wait_fraction=%.3f\n",
            dn, workers[k], (long long)samples, secs, rate, rate / base, wait);
   }
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   free(x);
   free(y);
   return 0;

@@ -58,11 +58,13 @@ typedef struct model {
 /* ResNet-56 checkpointing every blocks per run (0: plain), SGD. */
 static int make_resnet(model *md, int every, loom_device dev) {
   loom_manual_seed(1);
-  loom_resnet_options o = loom_resnet_defaults(LOOM_RESNET56);
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, LOOM_RESNET56);
   o.checkpoint_every = every;
   md->m = loom_resnet_new(LOOM_RESNET56, &o, dev);
   if (!md->m) return 0;
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = 0.1, so.momentum = 0.9, so.weight_decay = 5e-4;
   md->opt = loom_sgd_new_for_module(md->m, &so);
   return md->opt != NULL;
@@ -80,7 +82,8 @@ static int make(model *md, int conf, int layers, int64_t width, int every, loom_
   int np = loom_module_num_params(md->m);
   loom_tensor **p = malloc((size_t)np * sizeof *p);
   for (int i = 0; i < np; i++) p[i] = loom_module_param(md->m, i);
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   md->opt = loom_adamw_new(p, np, &ao);
   free(p);
   return md->opt != NULL;

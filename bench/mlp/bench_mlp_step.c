@@ -92,7 +92,8 @@ int main(int argc, char **argv) {
   loom_tensor **params = malloc((size_t)np * sizeof *params);
   if (!params) return 1;
   for (int i = 0; i < np; i++) params[i] = loom_module_param(model, i);
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   ao.lr = 1e-3;
   loom_optimizer *opt = loom_adamw_new(params, np, &ao);
   if (!opt) return fail("adamw");

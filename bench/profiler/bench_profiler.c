@@ -143,7 +143,8 @@ int main(int argc, char **argv) {
     if (!w.model) return fail("mlp");
     int np = loom_module_num_params(w.model);
     for (int i = 0; i < np && i < 8; i++) w.params[i] = loom_module_param(w.model, i);
-    loom_adamw_options ao = loom_adamw_defaults();
+    loom_adamw_options ao;
+    loom_adamw_options_init(&ao);
     w.opt = loom_adamw_new(w.params, np, &ao);
     int64_t xs[2] = {batch, 784};
     int64_t labels[128];

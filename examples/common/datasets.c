@@ -45,6 +45,6 @@ loom_dataset *datasets_head(loom_dataset *ds, int64_t limit) {
     free(x);
     free(y);
   }
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   return out;
 }

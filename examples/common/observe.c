@@ -145,7 +145,7 @@ int observe_step_end(observe *ob, const observe_step *s) {
   if (ob->train) {
     loom_loader_stats ls;
     memset(&ls, 0, sizeof ls);
-    ls.size = sizeof ls;
+    ls.struct_size = sizeof ls;
     if (loom_loader_stats_get(ob->train, &ls) == LOOM_OK) wait = ls.wait_seconds;
   }
   double dwait = wait - ob->wait_last;

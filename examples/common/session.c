@@ -26,10 +26,11 @@ static int say_failed(const char *prog, const char *what) {
 }
 
 int session_run(const char *prog, const char *device_arg, loom_device dev, int gpus, loom_dist_worker fn, void *user) {
-  loom_dist_run_options ro = loom_dist_run_defaults();
+  loom_dist_run_options ro;
+  loom_dist_run_options_init(&ro);
   ro.gpus = gpus;
   ro.comm.device = dev;
-  loom_dist_env env = {.size = sizeof env};
+  loom_dist_env env = {.struct_size = sizeof env};
   if (loom_dist_env_get(&env) == LOOM_OK && env.world_size > 1 && dev.kind == LOOM_CUDA && !strchr(device_arg, ':'))
     ro.comm.device.index = -1;
   loom_status st = loom_dist_run(&ro, fn, user);

@@ -270,7 +270,8 @@ static int find_batch(options *o, int64_t in_features, int64_t max, int buffers,
   int np = loom_module_num_params(m);
   loom_tensor *params[2 * MAX_HIDDEN + 2];
   for (int i = 0; i < np; i++) params[i] = loom_module_param(m, i);
-  loom_adamw_options ao = loom_adamw_defaults();
+  loom_adamw_options ao;
+  loom_adamw_options_init(&ao);
   loom_optimizer *opt = loom_adamw_new(params, np, &ao);  /* AdamW: the larger optimizer state */
   probe_ctx pc = {{sizeof pc.cp, m, opt, in_features, 10, dev}, buffers, (int64_t)buffers * 1000};
   loom_batch_finder_options bo;
@@ -388,7 +389,8 @@ static int train(options o, loom_comm *comm) {
 
   /* Fashion-MNIST pixel statistics after scaling to [0, 1]. */
   static const float mean[1] = {0.2860f}, stdv[1] = {0.3530f};
-  loom_loader_options lo = loom_loader_options_default();
+  loom_loader_options lo;
+  loom_loader_options_init(&lo);
   if (o.batch == 0 && find_batch(&o, in_features, loom_dataset_length(train_ds), 4 + 1, dev)) return 1;
   lo.batch_size = o.batch;
   lo.shuffle = true;
@@ -412,8 +414,8 @@ static int train(options o, loom_comm *comm) {
   lo.rank = 0;  /* every rank evaluates the whole test set (the models are identical) */
   lo.world_size = 1;
   loom_loader *test = loom_loader_new(test_ds, &lo);
-  loom_dataset_free(train_ds);
-  loom_dataset_free(test_ds);
+  loom_dataset_release(train_ds);
+  loom_dataset_release(test_ds);
   if (!train || !test) return fail("loader");
 
   loom_module *model = loom_mlp_new(in_features, o.n_hidden, o.hidden, 10, dev);
@@ -421,7 +423,8 @@ static int train(options o, loom_comm *comm) {
   if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(model, o.precision, o.keep_last_fp32) != LOOM_OK)
     return fail("--precision");
   /* fp16 needs loss scaling; bf16 has f32's exponent range and does not. */
-  loom_scaler_options sco = loom_scaler_defaults();
+  loom_scaler_options sco;
+  loom_scaler_options_init(&sco);
   sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16;
   loom_grad_scaler *scaler = loom_scaler_new(&sco);
   if (!scaler) return fail("loss scaler");
@@ -435,12 +438,14 @@ static int train(options o, loom_comm *comm) {
   for (int i = 0; i < np; i++) params[i] = loom_module_param(model, i);
   loom_optimizer *opt;
   if (!strcmp(o.optimizer, "sgd")) {
-    loom_sgd_options so = loom_sgd_defaults();
+    loom_sgd_options so;
+    loom_sgd_options_init(&so);
     so.lr = o.lr;
     so.momentum = 0.9;
     opt = loom_sgd_new(params, np, &so);
   } else {
-    loom_adamw_options ao = loom_adamw_defaults();
+    loom_adamw_options ao;
+    loom_adamw_options_init(&ao);
     ao.lr = o.lr;
     opt = o.offload_optimizer ? loom_adamw_offload_new(params, np, &ao) : loom_adamw_new(params, np, &ao);
   }
@@ -461,7 +466,7 @@ static int train(options o, loom_comm *comm) {
     return 1;
   }
   /* Checkpoints: one call saves and one restores everything that evolves. */
-  loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = opt, .scaler = scaler, .loader = train,
+  loom_train_state ckpt = {.struct_size = sizeof ckpt, .model = model, .optimizer = opt, .scaler = scaler, .loader = train,
                            .schedule = &sched};
   /* Every rank restores the same file; rank 0 writes it (session.h). */
   session_ckpt saver;
@@ -557,7 +562,7 @@ static int train(options o, loom_comm *comm) {
     }
     loom_device_synchronize(dev);
     double dt = cli_now_s() - t0;
-    loom_loader_stats st = {.size = sizeof st};
+    loom_loader_stats st = {.struct_size = sizeof st};
     loom_loader_stats_get(train, &st);
     wait_share = st.wait_fraction;
     train_seconds += dt;
@@ -589,7 +594,7 @@ static int train(options o, loom_comm *comm) {
     char *summary = loom_memory_summary(dev);
     if (summary) printf("%s", summary);
     else fprintf(stderr, "loom-mnist: memory summary: %s\n", loom_last_error());
-    free(summary);
+    loom_free(summary);
   }
   if (!o.quiet && o.precision != LOOM_PRECISION_FP32)
     printf("mixed precision: loss scale %g, %lld of %lld steps skipped (last overflow at step %lld)\n",

@@ -2,9 +2,10 @@
 """loom_ctypes.py — using loom's C ABI from Python with nothing but ctypes.
 
 Shows what a language binding needs: opaque handles, status codes with
-loom_last_error(), options structs that carry their size, scopes for tensor
-lifetime, and a *callback dataset* (Python produces the samples; loom's
-loader threads call back into it). Trains a small MLP to separate two
+loom_last_error(), options structs that start with their struct_size
+(filled by loom_X_options_init), scopes for tensor lifetime, memory loom
+hands over given back with loom_free, and a *callback dataset* (Python
+produces the samples; loom's loader threads call back into it). Trains a small MLP to separate two
 Gaussian blobs and checks that it learns.
 
     python3 examples/python/loom_ctypes.py [path/to/libloom.so]
@@ -40,25 +41,29 @@ DESTROY_FN = C.CFUNCTYPE(None, C.c_void_p)
 
 
 class DatasetCallbacks(C.Structure):
-    _fields_ = [("size", C.c_size_t), ("length", C.c_int64), ("x_dtype", C.c_int), ("x_ndim", C.c_int),
+    _fields_ = [("struct_size", C.c_size_t), ("length", C.c_int64), ("x_dtype", C.c_int), ("x_ndim", C.c_int),
                 ("x_shape", C.c_int64 * 8), ("has_y", C.c_bool), ("y_dtype", C.c_int), ("read", READ_FN),
                 ("destroy", DESTROY_FN), ("user", C.c_void_p), ("thread_safe", C.c_bool)]
 
 
 class LoaderOptions(C.Structure):
-    """Mirror of loom_loader_options (include/loom/data.h). Its `size` field
-    lets loom check the layout: the defaults report loom's sizeof."""
-    _fields_ = [("size", C.c_size_t), ("batch_size", C.c_int64), ("shuffle", C.c_bool), ("seed", C.c_uint64),
+    """Mirror of loom_loader_options (include/loom/data.h). Its struct_size
+    field lets loom check the layout: loom_loader_options_init writes loom's
+    sizeof there."""
+    _fields_ = [("struct_size", C.c_size_t), ("batch_size", C.c_int64), ("shuffle", C.c_bool), ("seed", C.c_uint64),
                 ("drop_last", C.c_bool), ("workers", C.c_int), ("prefetch", C.c_int), ("rank", C.c_int),
                 ("world_size", C.c_int), ("device", Device), ("x_dtype", C.c_int), ("y_dtype", C.c_int),
                 ("crop_padding", C.c_int), ("hflip", C.c_bool), ("scale", C.c_float),
-                ("mean", C.POINTER(C.c_float)), ("std", C.POINTER(C.c_float)), ("norm_channels", C.c_int)]
+                ("mean", C.POINTER(C.c_float)), ("std", C.POINTER(C.c_float)), ("norm_channels", C.c_int),
+                ("channels_last", C.c_bool)]
 
 
 def declare(lib):
     P = C.c_void_p
     sigs = {
         "loom_last_error": (C.c_char_p, []),
+        "loom_free": (None, [C.c_void_p]),
+        "loom_memory_summary": (C.c_void_p, [Device]),  # a char * the caller owns: loom_free it
         "loom_manual_seed": (None, [C.c_uint64]),
         "loom_scope_begin": (None, []),
         "loom_scope_end": (None, []),
@@ -76,8 +81,8 @@ def declare(lib):
         "loom_item": (C.c_int, [P, C.POINTER(C.c_double)]),
         "loom_accuracy": (C.c_int, [P, P, C.POINTER(C.c_double)]),
         "loom_dataset_callback": (P, [C.POINTER(DatasetCallbacks)]),
-        "loom_dataset_free": (None, [P]),
-        "loom_loader_options_default": (LoaderOptions, []),
+        "loom_dataset_release": (None, [P]),
+        "loom_loader_options_init": (None, [C.c_void_p]),
         "loom_loader_new": (P, [P, C.POINTER(LoaderOptions)]),
         "loom_loader_next": (C.c_int, [P, C.POINTER(P), C.POINTER(P)]),
         "loom_loader_free": (None, [P]),
@@ -120,7 +125,7 @@ def main():
         pass
 
     cb = DatasetCallbacks()
-    cb.size = C.sizeof(DatasetCallbacks)
+    cb.struct_size = C.sizeof(DatasetCallbacks)
     cb.length, cb.x_dtype, cb.x_ndim = n, LOOM_F32, 1
     cb.x_shape[0] = 2
     cb.has_y, cb.y_dtype = True, LOOM_I64
@@ -130,15 +135,20 @@ def main():
     if not ds:
         raise RuntimeError(lib.loom_last_error().decode())
 
-    # Options structs: start from loom's defaults, change what you need.
-    opts = lib.loom_loader_options_default()
-    if opts.size != C.sizeof(LoaderOptions):
-        raise SystemExit(f"LoaderOptions mirror is {C.sizeof(LoaderOptions)} bytes, loom's is {opts.size}")
+    # Options structs: start from loom's defaults, change what you need. (A
+    # buffer larger than the mirror first: a newer loom's struct may be longer.)
+    probe = (C.c_char * 4096)()
+    lib.loom_loader_options_init(probe)
+    lib_size = C.cast(probe, C.POINTER(C.c_size_t))[0]
+    if lib_size != C.sizeof(LoaderOptions):
+        raise SystemExit(f"LoaderOptions mirror is {C.sizeof(LoaderOptions)} bytes, loom's is {lib_size}")
+    opts = LoaderOptions()
+    lib.loom_loader_options_init(C.byref(opts))
     opts.batch_size, opts.shuffle, opts.seed, opts.workers = 32, True, 11, 2
     loader = lib.loom_loader_new(ds, C.byref(opts))
     if not loader:
         raise RuntimeError(lib.loom_last_error().decode())
-    lib.loom_dataset_free(ds)
+    lib.loom_dataset_release(ds)
 
     hidden = (C.c_int64 * 1)(32)
     model = lib.loom_mlp_new(2, 1, hidden, 2, cpu)
@@ -167,6 +177,13 @@ def main():
             check(lib, lib.loom_accuracy(logits, y, C.byref(acc)), "accuracy")
             losses.append(v.value)
             lib.loom_scope_end()
+
+    # Text loom returns belongs to the caller and goes back through loom_free
+    # (libloom's allocator), never through another library's free().
+    summary = lib.loom_memory_summary(cpu)
+    if not summary or b"loom memory summary" not in C.string_at(summary):
+        raise RuntimeError(f"memory summary: {lib.loom_last_error().decode()}")
+    lib.loom_free(summary)
 
     lib.loom_optimizer_free(opt)
     lib.loom_module_free(model)

@@ -372,7 +372,7 @@ static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_dev
   if (o->memory_stats) {
     char *summary = loom_memory_summary(dev);
     if (summary) printf("%s", summary);
-    free(summary);
+    loom_free(summary);
   }
   printf("result model=%s synthetic=%lldx%lldx%lld batch=%lld steps=%lld samples_per_sec=%.1f step_ms=%.2f device=%s "
          "precision=%s format=%s threads=%d loss=%.4f world_size=%d\n",
@@ -400,7 +400,7 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
   if (!train_ds) return loom_last_status() ? fail("training data") : 1;
   loom_dataset *test_ds = *cifar ? open_cifar(o->data, 0) : open_idx(o->data, "t10k");
   if (!test_ds) {
-    loom_dataset_free(train_ds);
+    loom_dataset_release(train_ds);
     return loom_last_status() ? fail("test data") : 1;
   }
   train_ds = datasets_head(train_ds, o->train_limit);
@@ -423,7 +423,8 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
     /* Per-channel statistics after scaling to [0, 1]. */
     static const float fm_mean[1] = {0.2860f}, fm_std[1] = {0.3530f};
     static const float c_mean[3] = {0.4914f, 0.4822f, 0.4465f}, c_std[3] = {0.2470f, 0.2435f, 0.2616f};
-    loom_loader_options lo = loom_loader_options_default();
+    loom_loader_options lo;
+    loom_loader_options_init(&lo);
     lo.batch_size = o->batch;
     lo.shuffle = true;
     lo.seed = o->seed;
@@ -454,8 +455,8 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
     *test = loom_loader_new(test_ds, &lo);
     if (!*train || !*test) rc = fail("loader");
   }
-  loom_dataset_free(train_ds);
-  loom_dataset_free(test_ds);
+  loom_dataset_release(train_ds);
+  loom_dataset_release(test_ds);
   return rc;
 }
 
@@ -476,7 +477,9 @@ static int train(options o, loom_comm *comm) {
   /* Data (not for --synthetic): the model's input channels and classes follow it. */
   loom_loader *train = NULL, *test = NULL;
   /* --synthetic: the architecture's usual classes (10 CIFAR-style, 1000 ImageNet-style). */
-  int64_t in_channels = o.syn[0] ? o.syn[0] : 1, num_classes = o.syn[0] ? loom_resnet_defaults(arch).num_classes : 10;
+  loom_resnet_options ro;
+  loom_resnet_options_init(&ro, arch);
+  int64_t in_channels = o.syn[0] ? o.syn[0] : 1, num_classes = o.syn[0] ? ro.num_classes : 10;
   int cifar = 0;
   if (!o.syn[0] && open_data(&o, dev, rank, world, &train, &test, &in_channels, &cifar)) {
     loom_loader_free(train);
@@ -485,16 +488,17 @@ static int train(options o, loom_comm *comm) {
   }
 
   int rc = 0;
-  loom_resnet_options ro = loom_resnet_defaults(arch);
   ro.in_channels = in_channels;
   ro.num_classes = num_classes;
   ro.shortcut = o.shortcut;
   ro.memory_format = o.format;
   ro.checkpoint_every = o.checkpoint_every;
   loom_module *model = loom_resnet_new(arch, &ro, dev);
-  loom_scaler_options sco = loom_scaler_defaults();
+  loom_scaler_options sco;
+  loom_scaler_options_init(&sco);
   sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16; /* bf16 has f32's range */
-  loom_sgd_options so = loom_sgd_defaults();
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
   so.lr = o.lr;
   so.momentum = 0.9;
   so.nesterov = true;
@@ -545,7 +549,7 @@ static int train(options o, loom_comm *comm) {
            o.scale_lr && world > 1 ? ", scaled by the world size" : "", o.augment ? "crop+flip" : "off");
 
   /* Checkpoints: every rank restores the same file, rank 0 writes it. */
-  loom_train_state ckpt = {.size = sizeof ckpt, .model = model, .optimizer = t.opt, .scaler = t.scaler,
+  loom_train_state ckpt = {.struct_size = sizeof ckpt, .model = model, .optimizer = t.opt, .scaler = t.scaler,
                            .loader = train, .schedule = &sched};
   session_ckpt saver;
   if ((rc = session_ckpt_open(&saver, "loom-resnet", o.save_dir, o.save_every, o.resume, rank, o.quiet, &ckpt)))
@@ -647,7 +651,7 @@ static int train(options o, loom_comm *comm) {
     if (rc) break;
     loom_device_synchronize(dev);
     double dt = cli_now_s() - t0;
-    loom_loader_stats st = {.size = sizeof st};
+    loom_loader_stats st = {.struct_size = sizeof st};
     loom_loader_stats_get(train, &st);
     wait_share = st.wait_fraction;
     train_seconds += dt;
@@ -687,7 +691,7 @@ static int train(options o, loom_comm *comm) {
       char *summary = loom_memory_summary(dev);
       if (summary) printf("%s", summary);
       else fprintf(stderr, "loom-resnet: memory summary: %s\n", loom_last_error());
-      free(summary);
+      loom_free(summary);
     }
     if (!o.quiet && o.precision != LOOM_PRECISION_FP32)
       printf("mixed precision: loss scale %g, %lld of %lld steps skipped\n", loom_scaler_get_scale(t.scaler),

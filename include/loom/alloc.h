@@ -50,9 +50,9 @@
  * (<stream> is a small integer per distinct device stream, in order of first
  * use; lines starting with '#' are comments).
  *
- * Threads: every call here is thread-safe. Strings returned by
- * loom_memory_summary and loom_memory_snapshot_json are malloc'd; the caller
- * releases them with free(). */
+ * Threads: every call here is thread-safe. The strings returned by
+ * loom_memory_summary and loom_memory_snapshot_json belong to the caller:
+ * free them with loom_free. */
 #ifndef LOOM_ALLOC_PUBLIC_H
 #define LOOM_ALLOC_PUBLIC_H
 
@@ -60,6 +60,7 @@
 #include <stdint.h>
 #include "export.h"
 #include "status.h"
+#include "free.h"
 #include "device.h"
 
 LOOM_EXTERN_C_BEGIN
@@ -70,7 +71,7 @@ typedef enum loom_alloc_backend {
   LOOM_ALLOC_BACKEND_CUDA_ASYNC = 1,
 } loom_alloc_backend;
 
-/* Options; initialize with loom_alloc_options_init (sets struct_size). */
+/* Options; initialize them with loom_alloc_options_init. */
 typedef struct loom_alloc_options {
   size_t struct_size;          /* sizeof(loom_alloc_options) */
   int32_t backend;             /* loom_alloc_backend */
@@ -83,6 +84,7 @@ typedef struct loom_alloc_options {
   int32_t expandable_segments; /* 0 off, 1 on, 2 compact (see above) */
 } loom_alloc_options;
 
+/* Sets struct_size and every default (noted beside each field). */
 LOOM_API void loom_alloc_options_init(loom_alloc_options *o);
 /* Apply a LOOM_ALLOC_CONF-style string on top of *o. On error *o is left as
  * it was. */
@@ -129,15 +131,16 @@ typedef struct loom_memory_stats {
   int64_t max_split_size;          /* -1: unlimited */
 } loom_memory_stats;
 
-/* Fill *out (set out->struct_size first; older, smaller structs are filled
- * as far as they go). */
+/* Fill *out (set out->struct_size = sizeof(loom_memory_stats) first; older,
+ * smaller structs are filled as far as they go). */
 LOOM_API loom_status loom_memory_stats_get(loom_device dev, loom_memory_stats *out);
 LOOM_API loom_status loom_memory_reset_peaks(loom_device dev);
 LOOM_API loom_status loom_memory_reset_counters(loom_device dev);
-/* A readable table of the statistics; NULL on error. Release with free(). */
+/* A readable table of the statistics; NULL on error. Free it with
+ * loom_free. */
 LOOM_API char *loom_memory_summary(loom_device dev);
 /* Every segment and block, the statistics and the event history as JSON;
- * NULL on error. Release with free(). */
+ * NULL on error. Free it with loom_free. */
 LOOM_API char *loom_memory_snapshot_json(loom_device dev);
 /* Return every cached, unused segment to the device. */
 LOOM_API loom_status loom_empty_cache(loom_device dev);

@@ -78,7 +78,7 @@ LOOM_API loom_tensor *loom_amp_lowp_copy(const loom_tensor *master);
 typedef struct loom_grad_scaler loom_grad_scaler;
 
 typedef struct loom_scaler_options {
-  uint32_t size;            /* sizeof(loom_scaler_options) */
+  size_t struct_size;       /* sizeof(loom_scaler_options) */
   double init_scale;        /* 65536 (2^16) */
   double growth_factor;     /* 2.0 (> 1) */
   double backoff_factor;    /* 0.5 (in (0, 1)) */
@@ -88,7 +88,8 @@ typedef struct loom_scaler_options {
   bool enabled;             /* true; false: scale() multiplies by 1 and step() just steps */
 } loom_scaler_options;
 
-LOOM_API loom_scaler_options loom_scaler_defaults(void);
+/* Sets struct_size and every default (noted beside each field). */
+LOOM_API void loom_scaler_options_init(loom_scaler_options *o);
 /* opt NULL: defaults. NULL and an error on bad options. */
 LOOM_API loom_grad_scaler *loom_scaler_new(const loom_scaler_options *opt);
 LOOM_API void loom_scaler_free(loom_grad_scaler *s);
@@ -106,7 +107,7 @@ LOOM_API int64_t loom_scaler_good_steps(const loom_grad_scaler *s);
 /* Everything that evolves, to put in a checkpoint. Options are not part of
  * it (they are the program's configuration). */
 typedef struct loom_scaler_state {
-  uint32_t size;            /* sizeof(loom_scaler_state) */
+  size_t struct_size;       /* sizeof(loom_scaler_state) */
   double scale;
   int64_t good_steps;
   int64_t steps;
@@ -114,7 +115,8 @@ typedef struct loom_scaler_state {
   int64_t last_overflow_step;
 } loom_scaler_state;
 
-/* out->size must be set by the caller. */
+/* out->struct_size must be set by the caller. A smaller (older) state given
+ * to restore leaves the fields it lacks unchanged. */
 LOOM_API loom_status loom_scaler_state_save(const loom_grad_scaler *s, loom_scaler_state *out);
 LOOM_API loom_status loom_scaler_state_restore(loom_grad_scaler *s, const loom_scaler_state *st);
 

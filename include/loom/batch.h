@@ -40,6 +40,8 @@ typedef struct loom_batch_finder_options {
   int64_t multiple_of;  /* round the answer down to a multiple of this (default 1) */
 } loom_batch_finder_options;
 
+/* Sets struct_size and every default (noted beside each field; device: the
+ * CPU). o NULL in loom_find_batch_size: these defaults. */
 LOOM_API void loom_batch_finder_options_init(loom_batch_finder_options *o);
 /* *batch = the size to train with; *largest (may be NULL) = the largest that
  * fit. LOOM_ERR_OOM with a message when even o->start does not fit;
@@ -53,7 +55,7 @@ LOOM_API loom_status loom_find_batch_size(loom_batch_probe_fn probe, void *ctx, 
  * when it was created, is part of what must fit). Pass a pointer to this
  * struct as ctx. */
 typedef struct loom_classifier_probe {
-  size_t struct_size;  /* sizeof(loom_classifier_probe) */
+  size_t struct_size;  /* sizeof(loom_classifier_probe), set by the caller */
   loom_module *model;
   loom_optimizer *opt;
   int64_t in_features, num_classes;

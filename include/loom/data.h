@@ -19,7 +19,7 @@
  * prefetch depth or thread scheduling.
  *
  * Ownership: datasets are reference counted (a loader keeps its dataset
- * alive; loom_dataset_free drops the caller's reference). Batch tensors follow
+ * alive; loom_dataset_release drops the caller's reference). Batch tensors follow
  * the tensor rule: every tensor is reference counted; inside an open scope,
  * new tensors belong to the scope and die with it unless kept; outside a
  * scope, the caller owns what it gets. A batch's buffer goes back to the
@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include "export.h"
 #include "status.h"
+#include "free.h"
 #include "dtype.h"
 #include "device.h"
 #include "tensor.h"
@@ -50,13 +51,12 @@ typedef struct loom_loader loom_loader;
 /* ---- IDX files ----------------------------------------------------------- */
 /* Read a whole IDX file (raw, or gzip when it starts with 1f 8b) into memory.
  * Element types: u8 (0x08), i32 (0x0C, converted to host order), f32 (0x0D).
- * On success *data (free with loom_idx_free), *dtype, *ndim (1..4) and
+ * On success *data (free it with loom_free), *dtype, *ndim (1..4) and
  * shape[0..ndim) are set. LOOM_ERR_IO: cannot open/read; LOOM_ERR_FORMAT: bad
  * magic, absurd dims, truncated data, trailing bytes, bad gzip stream;
  * LOOM_ERR_UNSUPPORTED: i8/i16/f64 element types. Thread-safe. */
 LOOM_API loom_status loom_idx_load(const char *path, void **data, loom_dtype *dtype, int *ndim,
                                    int64_t shape[LOOM_MAX_DIMS]);
-LOOM_API void loom_idx_free(void *data);
 
 /* ---- datasets ------------------------------------------------------------ */
 /* Images + labels from two IDX files (e.g. train-images-idx3-ubyte.gz and
@@ -81,7 +81,7 @@ LOOM_API loom_dataset *loom_dataset_memory(const void *x, loom_dtype x_dtype, in
 
 /* A dataset made of user functions (what language bindings use). */
 typedef struct loom_dataset_callbacks {
-  size_t size;                  /* sizeof(loom_dataset_callbacks) */
+  size_t struct_size;           /* sizeof(loom_dataset_callbacks), set by the caller */
   int64_t length;               /* number of samples */
   loom_dtype x_dtype;
   int x_ndim;                   /* 0..LOOM_MAX_DIMS-1 */
@@ -116,11 +116,11 @@ LOOM_API loom_status loom_dataset_y_info(const loom_dataset *ds, bool *has_y, lo
  * to skip it. LOOM_ERR_INVALID_ARG for i out of range. */
 LOOM_API loom_status loom_dataset_read(loom_dataset *ds, int64_t i, void *x_buf, void *y_buf);
 /* Drop the caller's reference (loaders keep their own). NULL is a no-op. */
-LOOM_API void loom_dataset_free(loom_dataset *ds);
+LOOM_API void loom_dataset_release(loom_dataset *ds);
 
 /* ---- loader -------------------------------------------------------------- */
 typedef struct loom_loader_options {
-  size_t size;             /* sizeof(loom_loader_options) */
+  size_t struct_size;      /* sizeof(loom_loader_options) */
   int64_t batch_size;      /* samples per batch (64) */
   bool shuffle;            /* permute samples every epoch (false) */
   uint64_t seed;           /* seeds the shuffle and the transforms (0) */
@@ -152,11 +152,12 @@ typedef struct loom_loader_options {
   bool channels_last;
 } loom_loader_options;
 
-/* Defaults, with size set. */
-LOOM_API loom_loader_options loom_loader_options_default(void);
+/* Sets struct_size and every default (noted beside each field). */
+LOOM_API void loom_loader_options_init(loom_loader_options *o);
 
 /* A loader over ds (retained). Starts epoch 0 and its workers at once.
- * NULL + error for bad options (message names the option). */
+ * o NULL: the defaults. NULL + error for bad options (message names the
+ * option). */
 LOOM_API loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *o);
 
 /* The next batch of the current epoch: *x is [n, sample shape...] of
@@ -214,7 +215,7 @@ LOOM_API int64_t loom_loader_num_batches(const loom_loader *l);
 LOOM_API int64_t loom_loader_num_samples(const loom_loader *l);
 
 typedef struct loom_loader_stats {
-  size_t size;               /* set by the caller: sizeof(loom_loader_stats) */
+  size_t struct_size;        /* sizeof(loom_loader_stats), set by the caller */
   double wait_seconds;       /* consumer time blocked in loom_loader_next */
   double elapsed_seconds;    /* wall time since the loader (or stats) reset */
   double wait_fraction;      /* wait_seconds / elapsed_seconds: the share of
@@ -225,7 +226,7 @@ typedef struct loom_loader_stats {
   double samples_per_second; /* samples / elapsed_seconds */
 } loom_loader_stats;
 
-/* Fill *out (up to out->size bytes). Any thread. */
+/* Fill *out (up to out->struct_size bytes). Any thread. */
 LOOM_API loom_status loom_loader_stats_get(loom_loader *l, loom_loader_stats *out);
 /* Zero the counters and restart the clock (e.g. after warm-up). */
 LOOM_API void loom_loader_stats_reset(loom_loader *l);

@@ -8,7 +8,9 @@
  * Streams and events have one interface on every device. On the CPU, work is
  * executed synchronously, so an event is complete as soon as it is recorded.
  * Each device has a current stream that ops enqueue on; it is borrowed (do
- * not destroy it).
+ * not free it). Streams and events made by loom_stream_create /
+ * loom_event_create are the caller's: free them with loom_stream_free /
+ * loom_event_free.
  *
  * Visible and virtual devices (LOOM_VISIBLE_DEVICES, loom_set_visible_devices,
  * loom_set_virtual_devices) must be set before the first call that touches a
@@ -76,7 +78,9 @@ typedef struct loom_event loom_event;
  * an error if the device does not exist. */
 LOOM_API loom_stream *loom_stream_current(loom_device dev);
 LOOM_API loom_status loom_stream_create(loom_device dev, loom_stream **out);
-LOOM_API void loom_stream_destroy(loom_stream *s);
+/* Free a stream from loom_stream_create. NULL, and a borrowed stream
+ * (loom_stream_current), are no-ops. */
+LOOM_API void loom_stream_free(loom_stream *s);
 LOOM_API loom_device loom_stream_device(const loom_stream *s);
 LOOM_API loom_status loom_stream_synchronize(loom_stream *s);
 /* Make future work on s wait for e (no host sync). */
@@ -85,7 +89,8 @@ LOOM_API loom_status loom_stream_wait_event(loom_stream *s, loom_event *e);
 LOOM_API void *loom_stream_native(const loom_stream *s);
 
 LOOM_API loom_status loom_event_create(loom_device dev, loom_event **out);
-LOOM_API void loom_event_destroy(loom_event *e);
+/* NULL is a no-op. */
+LOOM_API void loom_event_free(loom_event *e);
 LOOM_API loom_status loom_event_record(loom_event *e, loom_stream *s);
 /* 1: complete (or never recorded), 0: pending, -1: error (see last error). */
 LOOM_API int loom_event_query(loom_event *e);

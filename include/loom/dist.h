@@ -50,6 +50,7 @@
 #define LOOM_DIST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "export.h"
 #include "status.h"
@@ -67,7 +68,7 @@ LOOM_EXTERN_C_BEGIN
  * (OpenMPI, MPICH/Hydra, PMIx, Slurm, or LOOM_DIST_*), before any
  * communicator exists: lets a trainer pick its device and shard early. */
 typedef struct loom_dist_env {
-  uint32_t size;         /* sizeof(loom_dist_env), set by the caller */
+  size_t struct_size;    /* sizeof(loom_dist_env), set by the caller */
   bool launched;         /* started by a launcher (or LOOM_DIST_INIT is set) */
   int32_t rank;          /* 0 when not launched */
   int32_t world_size;    /* 1 when not launched */
@@ -102,7 +103,7 @@ typedef enum loom_reduce_op {
 } loom_reduce_op;
 
 typedef struct loom_comm_options {
-  uint32_t size;          /* sizeof(loom_comm_options) */
+  size_t struct_size;     /* sizeof(loom_comm_options) */
   int32_t backend;        /* loom_comm_backend (AUTO) */
   loom_device device;     /* the device this rank drives (cpu); {LOOM_CUDA, -1}: the GPU
                              numbered by this process's local rank */
@@ -116,9 +117,11 @@ typedef struct loom_comm_options {
                              use / the ranks sharing them (loom_dist_default_threads) */
 } loom_comm_options;
 
-LOOM_API loom_comm_options loom_comm_defaults(void);
+/* Sets struct_size and every default (noted beside each field). */
+LOOM_API void loom_comm_options_init(loom_comm_options *o);
 /* One rank of a group of processes (or the SINGLE world). Collective across
- * the group: every rank calls it; bounded by the timeout. */
+ * the group: every rank calls it; bounded by the timeout. o NULL: the
+ * defaults. */
 LOOM_API loom_status loom_comm_init(const loom_comm_options *o, loom_comm **out);
 /* One process driving n local GPUs (ncclCommInitAll): comms[i] is rank i,
  * on cuda:cuda_indices[i] (NULL: cuda:0..n-1). Each comm is then driven by
@@ -182,15 +185,16 @@ LOOM_API loom_status loom_dist_finalize(void);
 /* ---- running replicas ------------------------------------------------------------ */
 
 typedef struct loom_dist_run_options {
-  uint32_t size;            /* sizeof(loom_dist_run_options) */
+  size_t struct_size;       /* sizeof(loom_dist_run_options) */
   int32_t gpus;             /* 0: one replica in this process, the comm from
                                loom_comm_init(&comm); -1: every local GPU; N: N
                                local GPUs (one process, one thread per GPU,
                                loom_comm_init_all) */
-  loom_comm_options comm;   /* from loom_comm_defaults() */
+  loom_comm_options comm;   /* loom_comm_options_init's defaults */
 } loom_dist_run_options;
 
-LOOM_API loom_dist_run_options loom_dist_run_defaults(void);
+/* Sets struct_size and every default (gpus 0, comm initialized too). */
+LOOM_API void loom_dist_run_options_init(loom_dist_run_options *o);
 /* The trainer's body, run once per replica with that replica's communicator
  * (borrowed; freed after fn returns). Rank 0 is the one that prints. */
 typedef loom_status (*loom_dist_worker)(loom_comm *comm, void *user);
@@ -205,7 +209,7 @@ LOOM_API loom_status loom_dist_run(const loom_dist_run_options *o, loom_dist_wor
 typedef struct loom_ddp loom_ddp;
 
 typedef struct loom_ddp_options {
-  uint32_t size;            /* sizeof(loom_ddp_options) */
+  size_t struct_size;       /* sizeof(loom_ddp_options) */
   double first_bucket_mib;  /* the first bucket (the last layers' gradients) (1) */
   double bucket_mib;        /* the following buckets (25) */
   bool reduce_in_fp32;      /* under a mixed policy, cast the f16/bf16 gradients to f32 and
@@ -214,7 +218,8 @@ typedef struct loom_ddp_options {
   bool broadcast_buffers;   /* broadcast buffers (BatchNorm statistics) from rank 0 at start (true) */
 } loom_ddp_options;
 
-LOOM_API loom_ddp_options loom_ddp_defaults(void);
+/* Sets struct_size and every default (noted beside each field). */
+LOOM_API void loom_ddp_options_init(loom_ddp_options *o);
 
 /* Data parallelism for model m over communicator c (both borrowed; they
  * outlive the ddp). Collective: checks that every rank has the same model,
@@ -256,7 +261,7 @@ LOOM_API loom_status loom_ddp_attach_scaler(loom_ddp *d, loom_grad_scaler *s);
 LOOM_API loom_status loom_ddp_broadcast_buffers(loom_ddp *d);
 
 typedef struct loom_ddp_bucket_info {
-  uint32_t size;            /* sizeof(loom_ddp_bucket_info), set by the caller */
+  size_t struct_size;       /* sizeof(loom_ddp_bucket_info), set by the caller */
   int32_t n_params;
   int32_t first_param;      /* index (loom_module_param order) of its last-registered parameter */
   int32_t last_param;       /* index of its first-registered parameter */
@@ -270,7 +275,7 @@ LOOM_API int loom_ddp_num_buckets(const loom_ddp *d);
 LOOM_API loom_status loom_ddp_bucket_get(const loom_ddp *d, int i, loom_ddp_bucket_info *out);
 
 typedef struct loom_ddp_stats {
-  uint32_t size;             /* sizeof(loom_ddp_stats), set by the caller */
+  size_t struct_size;        /* sizeof(loom_ddp_stats), set by the caller */
   int64_t steps;             /* loom_ddp_sync calls that communicated */
   int64_t buckets;           /* bucket all-reduces */
   int64_t bytes;             /* bytes all-reduced (per rank) */

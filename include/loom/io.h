@@ -43,6 +43,7 @@
 #ifndef LOOM_IO_H
 #define LOOM_IO_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "export.h"
 #include "status.h"
@@ -124,7 +125,7 @@ LOOM_API const char *loom_safetensors_metadata(const loom_safetensors *f, const 
  * Optimizer state is named after the model's parameter it belongs to, so
  * every optimizer parameter must be a parameter of the model. */
 typedef struct loom_train_state {
-  uint32_t size;                     /* sizeof(loom_train_state) */
+  size_t struct_size;                /* sizeof(loom_train_state), set by the caller */
   loom_module *model;                /* required */
   loom_optimizer *optimizer;         /* or NULL */
   loom_grad_scaler *scaler;          /* or NULL */
@@ -187,7 +188,7 @@ LOOM_API loom_status loom_dlpack_sync_stream(loom_device dev, intptr_t stream);
  * binding hands over the four C-API functions once (ctypes can take their
  * addresses from ctypes.pythonapi). Call with the GIL held, as CPython does. */
 typedef struct loom_pycapsule_api {
-  uint32_t size;                                          /* sizeof(loom_pycapsule_api) */
+  size_t struct_size;                                     /* sizeof(loom_pycapsule_api) */
   int (*is_valid)(void *capsule, const char *name);       /* PyCapsule_IsValid */
   void *(*get_pointer)(void *capsule, const char *name);  /* PyCapsule_GetPointer */
   void (*err_fetch)(void **type, void **value, void **tb); /* PyErr_Fetch */

@@ -8,6 +8,7 @@
 
 #include "export.h"
 #include "status.h"
+#include "free.h"
 #include "log.h"
 #include "dtype.h"
 #include "rng.h"

@@ -26,13 +26,14 @@ LOOM_EXTERN_C_BEGIN
 
 typedef struct loom_metrics loom_metrics;
 
-/* Options; initialize with loom_metrics_options_init (sets struct_size). */
+/* Options; initialize them with loom_metrics_options_init. */
 typedef struct loom_metrics_options {
   size_t struct_size;  /* sizeof(loom_metrics_options) */
   bool tensorboard;    /* write the event file (true) */
   bool csv;            /* write metrics.csv (true) */
 } loom_metrics_options;
 
+/* Sets struct_size and every default (noted beside each field). */
 LOOM_API void loom_metrics_options_init(loom_metrics_options *o);
 
 /* Create logdir (and its parents) if needed and open the files in it (o may

@@ -62,17 +62,18 @@ LOOM_API loom_module *loom_mlp_new(int64_t in_features, int n_hidden, const int6
 
 /* ---- convolutional layers ---------------------------------------------------- */
 /* Conv2d: weight [out, in/groups, kh, kw], bias [out] when bias is true.
- * opt: stride, padding, dilation, groups (NULL: loom_conv2d_defaults());
- * its act is ignored here (Sequential sets it when a ReLU follows). The
- * weight uses init (PyTorch's Conv2d default is LOOM_INIT_DEFAULT; ResNets
+ * opt: stride, padding, dilation, groups (NULL: the defaults of
+ * loom_conv2d_options_init); its act is ignored here (Sequential sets it
+ * when a ReLU follows). The weight uses init (PyTorch's Conv2d default is LOOM_INIT_DEFAULT; ResNets
  * use LOOM_INIT_KAIMING_NORMAL_FAN_OUT); the bias U(±1/sqrt(fan_in)). */
 LOOM_API loom_module *loom_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h, int64_t kernel_w,
                                       const loom_conv2d_options *opt, bool bias, loom_init init, loom_device dev);
 /* BatchNorm2d over num_features channels: parameters weight (1) and bias
  * (0) when affine; buffers running_mean (0), running_var (1) and
  * num_batches_tracked (i64, 0-d) as in PyTorch. opt: momentum and eps
- * (NULL: loom_batch_norm_defaults()); training/eval follows the module's
- * mode. Statistics and parameters stay f32 under every precision policy. */
+ * (NULL: the defaults of loom_batch_norm_options_init); training/eval
+ * follows the module's mode. Statistics and parameters stay f32 under every
+ * precision policy. */
 LOOM_API loom_module *loom_batch_norm2d_new(int64_t num_features, const loom_batch_norm_options *opt, bool affine,
                                             loom_device dev);
 LOOM_API loom_module *loom_max_pool2d_new(const loom_pool2d_options *opt);
@@ -121,7 +122,7 @@ typedef enum loom_resnet_arch {
 } loom_resnet_arch;
 
 typedef struct loom_resnet_options {
-  uint32_t size;              /* sizeof(loom_resnet_options) */
+  size_t struct_size;         /* sizeof(loom_resnet_options) */
   int64_t in_channels;        /* 3 */
   int64_t num_classes;        /* 10 for CIFAR-style, 1000 for ImageNet-style */
   int32_t shortcut;           /* loom_resnet_shortcut: PROJECTION (CIFAR-style only; ImageNet-style
@@ -129,7 +130,7 @@ typedef struct loom_resnet_options {
   int32_t memory_format;      /* loom_memory_format the forward converts its input to once: NCHW or
                                  NHWC (channels-last). NCHW by default. */
   bool zero_init_residual;    /* false: true zeroes each block's last BN weight (torchvision's option) */
-  /* Appended (options.size 48; a caller built before it passes 40 and gets 0).
+  /* Appended (struct_size 48; a caller built before it passes 40 and gets 0).
    * int64_t rather than int32_t so that it lies past the old struct's tail
    * padding instead of inside it. Activation checkpointing: within each
    * stage (layer1, layer2, ...) every run of this many residual blocks is one
@@ -140,8 +141,9 @@ typedef struct loom_resnet_options {
   int64_t checkpoint_every;
 } loom_resnet_options;
 
-/* Defaults for arch (num_classes 10 or 1000 as above). */
-LOOM_API loom_resnet_options loom_resnet_defaults(loom_resnet_arch arch);
+/* Sets struct_size and the defaults for arch (num_classes 10 or 1000 as
+ * above). */
+LOOM_API void loom_resnet_options_init(loom_resnet_options *o, loom_resnet_arch arch);
 /* "resnet20", ..., "resnet152" -> arch; an error naming the choices otherwise. */
 LOOM_API loom_status loom_resnet_parse(const char *name, loom_resnet_arch *out);
 LOOM_API const char *loom_resnet_arch_name(loom_resnet_arch arch);
@@ -160,14 +162,15 @@ LOOM_API loom_status loom_resnet_set_memory_format(loom_module *resnet, loom_mem
 LOOM_API loom_status loom_module_split_decay(const loom_module *m, loom_tensor **decay, int *n_decay,
                                              loom_tensor **no_decay, int *n_no_decay);
 
-/* Options of loom_mlp_new_ex (init with loom_mlp_options_init). */
+/* Options of loom_mlp_new_ex. */
 typedef struct loom_mlp_options {
-  size_t struct_size;
+  size_t struct_size;  /* sizeof(loom_mlp_options) */
   /* Activation checkpointing: recompute every run of this many layers
    * (a hidden Linear+ReLU, or the output Linear) in backward instead of
    * keeping their activations (loom_sequential_set_checkpoint_every); 0 off. */
   int checkpoint_every;
 } loom_mlp_options;
+/* Sets struct_size and the defaults (0 below). */
 LOOM_API void loom_mlp_options_init(loom_mlp_options *o);
 /* loom_mlp_new with options (o NULL: the defaults). */
 LOOM_API loom_module *loom_mlp_new_ex(int64_t in_features, int n_hidden, const int64_t *hidden, int64_t out_features,

@@ -119,26 +119,27 @@ LOOM_API loom_memory_format loom_tensor_memory_format(const loom_tensor *t);
 LOOM_API bool loom_tensor_is_channels_last(const loom_tensor *t);
 
 typedef struct loom_conv2d_options {
-  uint32_t size;           /* sizeof(loom_conv2d_options) */
+  size_t struct_size;      /* sizeof(loom_conv2d_options) */
   int64_t stride[2];       /* 1, 1 (H, W) */
   int64_t padding[2];      /* 0, 0 (zeros, both sides) */
   int64_t dilation[2];     /* 1, 1 */
   int64_t groups;          /* 1; C_in for depthwise */
   int32_t act;             /* loom_activation: LOOM_ACT_RELU fuses bias + ReLU */
 } loom_conv2d_options;
-LOOM_API loom_conv2d_options loom_conv2d_defaults(void);
+/* Sets struct_size and every default (noted beside each field). */
+LOOM_API void loom_conv2d_options_init(loom_conv2d_options *o);
 /* x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or NULL -> [N, O, OH, OW]
  * in x's memory format; opt NULL: defaults. */
 LOOM_API loom_tensor *loom_conv2d(loom_tensor *x, loom_tensor *w, loom_tensor *b, const loom_conv2d_options *opt);
 
 typedef struct loom_batch_norm_options {
-  uint32_t size;           /* sizeof(loom_batch_norm_options) */
+  size_t struct_size;      /* sizeof(loom_batch_norm_options) */
   bool training;           /* true: batch statistics (and running stats updated); false: running stats */
   double momentum;         /* 0.1: running = (1 - momentum) * running + momentum * batch */
   double eps;              /* 1e-5 */
   int32_t act;             /* loom_activation: LOOM_ACT_RELU fuses the ReLU into the apply pass */
 } loom_batch_norm_options;
-LOOM_API loom_batch_norm_options loom_batch_norm_defaults(void);
+LOOM_API void loom_batch_norm_options_init(loom_batch_norm_options *o);
 /* x [N, C, ...] (f32/f16/bf16); running_mean / running_var [C] f32 (updated in
  * place in training, the variance Bessel-corrected as PyTorch does; may be
  * NULL in training); weight / bias [C] f32 or NULL (affine off). Statistics
@@ -153,14 +154,14 @@ LOOM_API loom_tensor *loom_batch_norm(loom_tensor *x, loom_tensor *running_mean,
                                       loom_tensor *weight, loom_tensor *bias, const loom_batch_norm_options *opt);
 
 typedef struct loom_pool2d_options {
-  uint32_t size;           /* sizeof(loom_pool2d_options) */
-  int64_t kernel[2];
+  size_t struct_size;      /* sizeof(loom_pool2d_options) */
+  int64_t kernel[2];       /* (H, W): required, so the init function takes it */
   int64_t stride[2];       /* 0: the kernel size (PyTorch's default) */
   int64_t padding[2];      /* 0; at most half the kernel (implicit -inf for max, zeros for avg) */
   bool ceil_mode;          /* false */
   bool count_include_pad;  /* avg only: true (PyTorch's default) */
 } loom_pool2d_options;
-LOOM_API loom_pool2d_options loom_pool2d_defaults(int64_t kernel_h, int64_t kernel_w);
+LOOM_API void loom_pool2d_options_init(loom_pool2d_options *o, int64_t kernel_h, int64_t kernel_w);
 /* x [N, C, H, W] -> [N, C, OH, OW], OH = floor (ceil_mode: ceil) of
  * (H + 2 pad - kernel) / stride + 1 as in PyTorch; a kernel larger than the
  * padded input is an error. opt is required (it holds the kernel size).

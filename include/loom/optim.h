@@ -3,8 +3,9 @@
  *
  * An optimizer holds borrowed parameter tensors (they must outlive it) and
  * its own state. step() updates every parameter that has a gradient, in
- * place, without recording autograd. Options structs carry their size so
- * they can grow: fill them from the *_defaults() functions.
+ * place, without recording autograd. Options structs start with their
+ * struct_size so they can grow: initialize them with their
+ * loom_X_options_init function, then change the fields you need.
  *
  * Parameter groups (as PyTorch's param_groups): the parameters given at
  * creation are group 0, with the options' lr and weight_decay; more groups
@@ -28,7 +29,7 @@ LOOM_EXTERN_C_BEGIN
 typedef struct loom_optimizer loom_optimizer;
 
 typedef struct loom_sgd_options {
-  uint32_t size;          /* sizeof(loom_sgd_options) */
+  size_t struct_size;     /* sizeof(loom_sgd_options) */
   double lr;              /* 0.01 */
   double momentum;        /* 0 */
   double dampening;       /* 0 */
@@ -37,15 +38,17 @@ typedef struct loom_sgd_options {
 } loom_sgd_options;
 
 typedef struct loom_adamw_options {
-  uint32_t size;          /* sizeof(loom_adamw_options) */
+  size_t struct_size;     /* sizeof(loom_adamw_options) */
   double lr;              /* 1e-3 */
   double beta1, beta2;    /* 0.9, 0.999 */
   double eps;             /* 1e-8 */
   double weight_decay;    /* 0.01 (decoupled) */
 } loom_adamw_options;
 
-LOOM_API loom_sgd_options loom_sgd_defaults(void);
-LOOM_API loom_adamw_options loom_adamw_defaults(void);
+/* Set struct_size and every default (noted beside each field). */
+LOOM_API void loom_sgd_options_init(loom_sgd_options *o);
+LOOM_API void loom_adamw_options_init(loom_adamw_options *o);
+/* opt NULL: the defaults. */
 LOOM_API loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_options *opt);
 LOOM_API loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_adamw_options *opt);
 /* AdamW whose state (exp_avg, exp_avg_sq) and update live on the host:
@@ -68,12 +71,12 @@ LOOM_API void loom_optimizer_free(loom_optimizer *o);
 
 /* ---- parameter groups ------------------------------------------------------ */
 typedef struct loom_param_group_options {
-  uint32_t size;          /* sizeof(loom_param_group_options) */
+  size_t struct_size;     /* sizeof(loom_param_group_options) */
   double lr;              /* NAN (the default): group 0's current lr */
   double weight_decay;    /* NAN (the default): the optimizer's weight_decay option */
 } loom_param_group_options;
 
-LOOM_API loom_param_group_options loom_param_group_defaults(void);
+LOOM_API void loom_param_group_options_init(loom_param_group_options *o);
 /* Append a group of n parameters (f32 leaves on the optimizer's device, none
  * already in the optimizer); opt NULL: defaults. Their state starts empty, as
  * for parameters that never had a gradient. */
@@ -105,7 +108,7 @@ typedef enum loom_lr_kind {
 } loom_lr_kind;
 
 typedef struct loom_lr_schedule {
-  uint32_t size;            /* sizeof(loom_lr_schedule) */
+  size_t struct_size;       /* sizeof(loom_lr_schedule) */
   int32_t kind;             /* loom_lr_kind */
   double base_lr;
   int64_t warmup_steps;     /* CONSTANT, STEP, COSINE: linear ramp from 0 to base over warmup;
@@ -140,8 +143,8 @@ LOOM_API double loom_lr_at(const loom_lr_schedule *s, int64_t step);
  * lr is evaluated on the device from a device-side position, so a captured
  * CUDA graph (graph.h) replays every step with that step's lr and no host
  * call; loom_optimizer_get_lr then tells the lr of the last step the host
- * itself ran (replays run without it). Errors: s->size is not
- * sizeof(loom_lr_schedule), step < 0. */
+ * itself ran (replays run without it). Errors: a bad s->struct_size,
+ * step < 0. */
 LOOM_API loom_status loom_optimizer_set_schedule(loom_optimizer *o, const loom_lr_schedule *s, int64_t step);
 
 /* ---- loss-scaled steps (the dynamic loss scaler of amp.h) ------------------ */

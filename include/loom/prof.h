@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include "export.h"
 #include "status.h"
+#include "free.h"
 
 LOOM_EXTERN_C_BEGIN
 
@@ -55,7 +56,7 @@ typedef enum loom_profiler_device_timing {
   LOOM_PROFILER_DEVICE_TIME_OFF = 2,  /* host time only */
 } loom_profiler_device_timing;
 
-/* Options; initialize with loom_profiler_options_init (sets struct_size). */
+/* Options; initialize them with loom_profiler_options_init. */
 typedef struct loom_profiler_options {
   size_t struct_size;         /* sizeof(loom_profiler_options) */
   const char *trace_path;     /* write the Chrome trace here at stop (copied; NULL: only in memory,
@@ -67,6 +68,7 @@ typedef struct loom_profiler_options {
                                  rest as dropped (0: 2,000,000, about 200 MiB) */
 } loom_profiler_options;
 
+/* Sets struct_size and every default (noted beside each field). */
 LOOM_API void loom_profiler_options_init(loom_profiler_options *o);
 
 /* Start recording (o may be NULL for the defaults). The trace file is created
@@ -88,7 +90,7 @@ LOOM_API void loom_profiler_step(void);
 LOOM_API loom_status loom_profiler_write_trace(const char *path);
 /* The summary table of the last stopped recording (at most max_rows rows,
  * 0: all), sorted by device time when there is any, else by host self time.
- * malloc'd; release with free(). NULL + error if nothing was recorded. */
+ * Free it with loom_free. NULL + error if nothing was recorded. */
 LOOM_API char *loom_profiler_summary(int max_rows);
 
 /* One row of the summary. Grows at the end; the caller says how big its

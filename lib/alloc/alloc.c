@@ -22,6 +22,7 @@
 #include "alloc/alloc_internal.h"
 #include "alloc/allocator.h"
 #include "core/capture.h"
+#include "core/struct_size.h"
 #include "device/device_internal.h"
 
 #define SLOT_CPU 0
@@ -197,17 +198,21 @@ static loom_status apply_locked(int slot) {
   return a->ops->reconfigure(a, o, limit);
 }
 
-static void copy_opts(loom_alloc_options *dst, const loom_alloc_options *src) {
-  loom_alloc_options_init(dst);
-  memcpy(dst, src, sizeof *dst);
-  dst->struct_size = sizeof *dst;
+/* The caller's options (NULL refused), widened to this library's struct and
+ * checked. */
+static loom_status take_opts(const char *fn, const loom_alloc_options *user, loom_alloc_options *o) {
+  if (!user) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: allocator options: NULL", fn);
+  loom_alloc_options_init(o);
+  LOOM_TRY(LOOM_STRUCT_IN(fn, loom_alloc_options, o, user));
+  return loom_alloc_options_check(o);
 }
 
-loom_status loom_alloc_set_config(const loom_alloc_options *o) {
-  LOOM_TRY(loom_alloc_options_check(o));
+loom_status loom_alloc_set_config(const loom_alloc_options *user) {
+  loom_alloc_options o;
+  LOOM_TRY(take_opts("loom_alloc_set_config", user, &o));
   pthread_mutex_lock(&g_lock);
   init_locked();
-  copy_opts(&g_opts, o);
+  g_opts = o;
   g_env_status = LOOM_OK;  /* the API replaces a bad LOOM_ALLOC_CONF */
   loom_status st = LOOM_OK;
   for (int i = 0; i < NSLOTS; i++) {
@@ -226,13 +231,14 @@ loom_status loom_alloc_configure(const char *conf) {
   return loom_alloc_set_config(&o);
 }
 
-loom_status loom_alloc_set_device_config(loom_device dev, const loom_alloc_options *o) {
-  LOOM_TRY(loom_alloc_options_check(o));
+loom_status loom_alloc_set_device_config(loom_device dev, const loom_alloc_options *user) {
+  loom_alloc_options o;
+  LOOM_TRY(take_opts("loom_alloc_set_device_config", user, &o));
   int slot;
   if (!slot_of(dev, &slot)) return loom_last_status();
   pthread_mutex_lock(&g_lock);
   init_locked();
-  copy_opts(&g_slots[slot].own, o);
+  g_slots[slot].own = o;
   g_slots[slot].has_own = 1;
   loom_status st = apply_locked(slot);
   pthread_mutex_unlock(&g_lock);
@@ -335,19 +341,14 @@ static int existing(loom_device dev, loom_allocator **a, int *slot) {
 }
 
 loom_status loom_memory_stats_get(loom_device dev, loom_memory_stats *out) {
-  if (!out || out->struct_size < sizeof(size_t))
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_memory_stats_get: out is NULL or out->struct_size is not set");
+  if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_memory_stats_get: out is NULL");
+  LOOM_TRY(loom_struct_size_check("loom_memory_stats_get", "loom_memory_stats", out->struct_size, sizeof *out));
   loom_allocator *a;
   int slot;
   if (!existing(dev, &a, &slot)) return loom_last_status();
-  if (a) {
-    a->ops->stats(a, out);
-  } else {
-    size_t n = out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
-    memset(out, 0, n);
-    out->struct_size = n;
-  }
-  return LOOM_OK;
+  loom_memory_stats full = {.struct_size = sizeof full};  /* zeros for a device that never allocated */
+  if (a) a->ops->stats(a, &full);
+  return LOOM_STRUCT_OUT("loom_memory_stats_get", loom_memory_stats, out, &full);
 }
 
 loom_status loom_memory_reset_peaks(loom_device dev) {

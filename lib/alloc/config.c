@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "alloc/alloc_internal.h"
+#include "core/struct_size.h"
 
 #define KNOWN_KEYS \
   "preallocate, limit, max_split_size_mb, garbage_collection_threshold, backend, history, expandable_segments"
@@ -24,9 +25,6 @@ void loom_alloc_options_init(loom_alloc_options *o) {
 
 loom_status loom_alloc_options_check(const loom_alloc_options *o) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: NULL");
-  if (o->struct_size < sizeof *o)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: struct_size %zu is not sizeof(loom_alloc_options) "
-                          "(%zu); initialize with loom_alloc_options_init", o->struct_size, sizeof *o);
   if (o->backend != LOOM_ALLOC_BACKEND_NATIVE && o->backend != LOOM_ALLOC_BACKEND_CUDA_ASYNC)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "allocator options: backend %d is neither native (0) nor cuda_async (1)",
                           o->backend);
@@ -106,10 +104,11 @@ static char *trim(char *s) {
 
 loom_status loom_alloc_options_parse(const char *conf, loom_alloc_options *o) {
   if (!conf || !o) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_options_parse: NULL argument");
+  loom_alloc_options r;
+  loom_alloc_options_init(&r);
+  LOOM_TRY(LOOM_STRUCT_IN("loom_alloc_options_parse", loom_alloc_options, &r, o));
   char *copy = strdup(conf);
   if (!copy) return loom_set_error(LOOM_ERR_OOM, "loom_alloc_options_parse: out of host memory");
-  loom_alloc_options r = *o;
-  r.struct_size = sizeof r;
   loom_status st = LOOM_OK;
   char *save = NULL;
   for (char *tok = strtok_r(copy, ",", &save); tok && st == LOOM_OK; tok = strtok_r(NULL, ",", &save)) {
@@ -180,6 +179,6 @@ loom_status loom_alloc_options_parse(const char *conf, loom_alloc_options *o) {
   }
   free(copy);
   if (st == LOOM_OK) st = loom_alloc_options_check(&r);  /* combinations (expandable with preallocate, ...) */
-  if (st == LOOM_OK) *o = r;
+  if (st == LOOM_OK) st = LOOM_STRUCT_OUT("loom_alloc_options_parse", loom_alloc_options, o, &r);
   return st;
 }

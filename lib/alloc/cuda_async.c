@@ -183,7 +183,7 @@ static loom_status a_free(loom_allocator *base, void *ptr) {
     st = loom_event_create(loom_stream_device(r->uses[i]), &ev);
     if (st == LOOM_OK) st = loom_event_record(ev, r->uses[i]);
     if (st == LOOM_OK) st = loom_stream_wait_event(r->stream, ev);
-    loom_event_destroy(ev);
+    loom_event_free(ev);
   }
   if (st == LOOM_OK) {
     cudaError_t e = cudaFreeAsync(ptr, cs);

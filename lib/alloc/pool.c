@@ -413,8 +413,8 @@ void loom_pool_destroy(loom_pool *p) {
     }
     free(sg);
   }
-  for (int i = 0; i < p->npend; i++) p->prov->event_destroy(p->prov->ctx, p->pend[i].ev);
-  for (int i = 0; i < p->nevcache; i++) p->prov->event_destroy(p->prov->ctx, p->evcache[i].ev);
+  for (int i = 0; i < p->npend; i++) p->prov->event_free(p->prov->ctx, p->pend[i].ev);
+  for (int i = 0; i < p->nevcache; i++) p->prov->event_free(p->prov->ctx, p->evcache[i].ev);
   while (p->spare) {
     block *nx = p->spare->spare_next;
     free(p->spare->uses);

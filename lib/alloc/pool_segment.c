@@ -69,7 +69,7 @@ loom_status loom_pool_event_get(loom_pool *p, loom_stream *s, void **ev, int *do
 
 void loom_pool_event_put(loom_pool *p, void *ev, int dom) {
   if (!grow((void **)&p->evcache, &p->capevcache, p->nevcache + 1, sizeof(cached_ev))) {
-    p->prov->event_destroy(p->prov->ctx, ev);
+    p->prov->event_free(p->prov->ctx, ev);
     return;
   }
   p->evcache[p->nevcache++] = (cached_ev){ev, dom};

@@ -26,7 +26,7 @@ typedef struct loom_provider {
   /* Events can be recycled only among streams of one domain (device). */
   int (*event_domain)(void *ctx, loom_stream *s);
   loom_status (*event_create)(void *ctx, loom_stream *s, void **out);
-  void (*event_destroy)(void *ctx, void *ev);
+  void (*event_free)(void *ctx, void *ev);
   loom_status (*event_record)(void *ctx, void *ev, loom_stream *s);
   /* 1 complete, 0 pending, -1 error. Never blocks. */
   int (*event_query)(void *ctx, void *ev);

@@ -29,9 +29,9 @@ static loom_status ev_create(void *ctx, loom_stream *s, void **out) {
   return LOOM_OK;
 }
 
-static void ev_destroy(void *ctx, void *ev) {
+static void ev_free(void *ctx, void *ev) {
   (void)ctx;
-  loom_event_destroy((loom_event *)ev);
+  loom_event_free((loom_event *)ev);
 }
 
 static loom_status ev_record(void *ctx, void *ev, loom_stream *s) {
@@ -76,7 +76,7 @@ static loom_status cpu_seg_free(void *ctx, void *p, size_t n) {
 }
 
 static const loom_provider g_cpu = {
-    "cpu", NULL, cpu_seg_alloc, cpu_seg_free, ev_domain, ev_create, ev_destroy,
+    "cpu", NULL, cpu_seg_alloc, cpu_seg_free, ev_domain, ev_create, ev_free,
     ev_record, ev_query, ev_wait, host_mem_info, 1,
     loom_vmm_cpu_granularity, loom_vmm_cpu_reserve, loom_vmm_cpu_release, loom_vmm_cpu_map, loom_vmm_cpu_unmap,
 };
@@ -125,7 +125,7 @@ const loom_provider *loom_provider_cuda(int index) {
   /* Written once per index under the allocator's global lock. */
   if (!g_cuda_init[index]) {
     loom_provider p = {"cuda", (void *)(intptr_t)index, cuda_seg_alloc, cuda_seg_free, ev_domain, ev_create,
-                       ev_destroy, ev_record, ev_query, ev_wait, cuda_mem_info, 0,
+                       ev_free, ev_record, ev_query, ev_wait, cuda_mem_info, 0,
                        loom_vmm_cuda_granularity, loom_vmm_cuda_reserve, loom_vmm_cuda_release, loom_vmm_cuda_map,
                        loom_vmm_cuda_unmap};
     g_cuda[index] = p;
@@ -155,7 +155,7 @@ static loom_status pinned_seg_free(void *ctx, void *p, size_t n) {
 }
 
 static const loom_provider g_pinned = {
-    "pinned", NULL, pinned_seg_alloc, pinned_seg_free, ev_domain, ev_create, ev_destroy,
+    "pinned", NULL, pinned_seg_alloc, pinned_seg_free, ev_domain, ev_create, ev_free,
     ev_record, ev_query, ev_wait, host_mem_info, 0, NULL, NULL, NULL, NULL, NULL,
 };
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "amp/amp_internal.h"
+#include "core/struct_size.h"
 #include "loom/ops.h"
 #include "prof/prof.h"
 #ifdef LOOM_HAVE_CUDA
@@ -61,9 +62,9 @@ void loom_amp_scaler_set_found_inf_reduce(loom_grad_scaler *s, loom_amp_found_in
   s->reduce_user = fn ? user : NULL;
 }
 
-loom_scaler_options loom_scaler_defaults(void) {
-  loom_scaler_options o = {sizeof(loom_scaler_options), 65536.0, 2.0, 0.5, 2000, 1.0, 16777216.0, true};
-  return o;
+void loom_scaler_options_init(loom_scaler_options *o) {
+  if (!o) return;
+  *o = (loom_scaler_options){sizeof *o, 65536.0, 2.0, 0.5, 2000, 1.0, 16777216.0, true};
 }
 
 static loom_status check_options(const loom_scaler_options *o) {
@@ -86,16 +87,9 @@ static loom_status check_options(const loom_scaler_options *o) {
 }
 
 loom_grad_scaler *loom_scaler_new(const loom_scaler_options *opt) {
-  loom_scaler_options o = loom_scaler_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "scaler: options.size is %u; fill options from loom_scaler_defaults()",
-                     opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_scaler_options o;
+  loom_scaler_options_init(&o);
+  if (LOOM_STRUCT_IN("scaler", loom_scaler_options, &o, opt) != LOOM_OK) return NULL;
   if (check_options(&o) != LOOM_OK) return NULL;
   loom_grad_scaler *s = calloc(1, sizeof *s);
   if (!s) {
@@ -361,25 +355,21 @@ int64_t loom_scaler_good_steps(const loom_grad_scaler *s) { refresh(s); return s
 
 loom_status loom_scaler_state_save(const loom_grad_scaler *s, loom_scaler_state *out) {
   if (!s || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_save: scaler and out must not be NULL");
-  if (out->size < sizeof(uint32_t) || out->size > sizeof *out)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_save: out->size is %u; set it to sizeof(loom_scaler_state)",
-                          out->size);
+  LOOM_TRY(loom_struct_size_check("scaler_state_save", "loom_scaler_state", out->struct_size, sizeof *out));
 #ifdef LOOM_HAVE_CUDA
   if (stale(s)) LOOM_TRY(pull_state(s, NULL));
 #endif
   loom_scaler_state st = {sizeof st, s->scale, s->good_steps, s->steps, s->steps_skipped, s->last_overflow_step};
-  uint32_t n = out->size;
-  memcpy(out, &st, n);
-  out->size = n;
-  return LOOM_OK;
+  return LOOM_STRUCT_OUT("scaler_state_save", loom_scaler_state, out, &st);
 }
 
 loom_status loom_scaler_state_restore(loom_grad_scaler *s, const loom_scaler_state *in) {
   if (!s || !in) return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_restore: scaler and state must not be NULL");
-  if (in->size != sizeof *in)
-    return loom_set_error(LOOM_ERR_INVALID_ARG,
-                          "scaler_state_restore: state.size is %u but this loom expects %zu; save it with this version",
-                          in->size, sizeof *in);
+  /* An older, smaller state leaves the fields it lacks as they are (the
+   * host's view: nothing is read back from the device here). */
+  loom_scaler_state cur = {sizeof cur, s->scale, s->good_steps, s->steps, s->steps_skipped, s->last_overflow_step};
+  LOOM_TRY(LOOM_STRUCT_IN("scaler_state_restore", loom_scaler_state, &cur, in));
+  in = &cur;
   if (!(in->scale > 0) || !isfinite(in->scale) || in->good_steps < 0 || in->steps < 0 || in->steps_skipped < 0 ||
       in->steps_skipped > in->steps || in->last_overflow_step < -1 || in->last_overflow_step >= in->steps)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "scaler_state_restore: the state is inconsistent (scale %g, steps %lld, "

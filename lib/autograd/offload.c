@@ -46,7 +46,7 @@ static loom_status order(loom_stream *before, loom_stream *after, loom_device de
   LOOM_TRY(loom_event_create(dev, &e));
   loom_status st = loom_event_record(e, before);
   if (st == LOOM_OK) st = loom_stream_wait_event(after, e);
-  loom_event_destroy(e);
+  loom_event_free(e);
   return st;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "data/data_internal.h"
 
 
@@ -161,16 +162,14 @@ static void cb_destroy(loom_dataset *ds) {
   free(c);
 }
 
-loom_dataset *loom_dataset_callback(const loom_dataset_callbacks *cb) {
-  if (!cb) {
+loom_dataset *loom_dataset_callback(const loom_dataset_callbacks *user_cb) {
+  if (!user_cb) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "loom_dataset_callback: callbacks are NULL");
     return NULL;
   }
-  if (cb->size < offsetof(loom_dataset_callbacks, thread_safe) + sizeof(bool) || cb->size > (1u << 16)) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "loom_dataset_callback: size is %zu; set size = sizeof(loom_dataset_callbacks)",
-                   cb->size);
-    return NULL;
-  }
+  /* Fields an older, smaller struct lacks are 0 / NULL / false. */
+  loom_dataset_callbacks copy = {0}, *cb = &copy;
+  if (LOOM_STRUCT_IN("loom_dataset_callback", loom_dataset_callbacks, &copy, user_cb) != LOOM_OK) return NULL;
   if (!cb->read) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "loom_dataset_callback: read function is NULL");
     return NULL;
@@ -204,7 +203,7 @@ loom_dataset *loom_dataset_retain(loom_dataset *ds) {
   return ds;
 }
 
-void loom_dataset_free(loom_dataset *ds) {
+void loom_dataset_release(loom_dataset *ds) {
   if (!ds) return;
   if (atomic_fetch_sub(&ds->refcount, 1) != 1) return;
   if (ds->destroy) ds->destroy(ds);

@@ -92,8 +92,6 @@ fail:
   return st;
 }
 
-void loom_idx_free(void *data) { free(data); }
-
 loom_dataset *loom_dataset_idx_open(const char *images_path, const char *labels_path) {
   void *x = NULL, *y = NULL;
   loom_dtype xdt, ydt = LOOM_U8;

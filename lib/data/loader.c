@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/struct_size.h"
 #include "data/data_internal.h"
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
@@ -111,19 +112,18 @@ static double now_s(void) {
 
 bool loom_loader_channels_last(const loom_loader *l) { return l->tf.hwc; }
 
-loom_loader_options loom_loader_options_default(void) {
-  loom_loader_options o;
-  memset(&o, 0, sizeof o);
-  o.size = sizeof o;
-  o.batch_size = 64;
-  o.workers = 2;
-  o.prefetch = 2;
-  o.world_size = 1;
-  o.device = loom_cpu();
-  o.x_dtype = LOOM_F32;
-  o.y_dtype = LOOM_I64;
-  o.scale = 1.0f;
-  return o;
+void loom_loader_options_init(loom_loader_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->batch_size = 64;
+  o->workers = 2;
+  o->prefetch = 2;
+  o->world_size = 1;
+  o->device = loom_cpu();
+  o->x_dtype = LOOM_F32;
+  o->y_dtype = LOOM_I64;
+  o->scale = 1.0f;
 }
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -353,7 +353,7 @@ static void loader_teardown(loom_loader *l) {
   if (l->copy_stream) {
     /* Copies in flight read pinned blocks we are about to free. */
     loom_stream_synchronize(l->copy_stream);
-    loom_stream_destroy(l->copy_stream);
+    loom_stream_free(l->copy_stream);
     l->copy_stream = NULL;
   }
   if (l->ring) {
@@ -376,7 +376,7 @@ static void loader_teardown(loom_loader *l) {
   free(l->perm);
   l->order = l->perm = NULL;
   loom_transform_destroy(&l->tf);
-  loom_dataset_free(l->ds);
+  loom_dataset_release(l->ds);
   l->ds = NULL;
 }
 
@@ -385,17 +385,9 @@ loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *opts) 
     loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_new: dataset is NULL");
     return NULL;
   }
-  loom_loader_options o = loom_loader_options_default();
-  if (opts) {
-    if (opts->size < sizeof(size_t) || opts->size > (1u << 16)) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_new: options.size is %zu; start from loom_loader_options_default()",
-                     opts->size);
-      return NULL;
-    }
-    /* Fields beyond the caller's size (an older header) keep their defaults. */
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    o.size = sizeof o;
-  }
+  loom_loader_options o;
+  loom_loader_options_init(&o);
+  if (LOOM_STRUCT_IN("loom_loader_new", loom_loader_options, &o, opts) != LOOM_OK) return NULL;
   if (check_options(ds, &o) != LOOM_OK) return NULL;
   loom_loader *l = calloc(1, sizeof *l);
   if (!l) {
@@ -663,11 +655,9 @@ void loom_loader_out_info(const loom_loader *l, loom_dtype *x_dt, int *x_ndim, i
 
 loom_status loom_loader_stats_get(loom_loader *l, loom_loader_stats *out) {
   if (!l || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_stats_get: NULL argument");
-  if (out->size < sizeof(size_t))
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_stats_get: set out->size = sizeof(loom_loader_stats)");
   loom_loader_stats s;
   memset(&s, 0, sizeof s);
-  s.size = sizeof s;
+  s.struct_size = sizeof s;
   pthread_mutex_lock(&l->mu);
   s.wait_seconds = l->wait_s;
   s.elapsed_seconds = now_s() - l->t_start;
@@ -677,10 +667,7 @@ loom_status loom_loader_stats_get(loom_loader *l, loom_loader_stats *out) {
   pthread_mutex_unlock(&l->mu);
   s.wait_fraction = s.elapsed_seconds > 0 ? s.wait_seconds / s.elapsed_seconds : 0.0;
   s.samples_per_second = s.elapsed_seconds > 0 ? (double)s.samples / s.elapsed_seconds : 0.0;
-  size_t n = out->size < sizeof s ? out->size : sizeof s;
-  memcpy(out, &s, n);
-  out->size = n;
-  return LOOM_OK;
+  return LOOM_STRUCT_OUT("loom_loader_stats_get", loom_loader_stats, out, &s);
 }
 
 void loom_loader_stats_reset(loom_loader *l) {

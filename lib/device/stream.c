@@ -68,7 +68,7 @@ loom_status loom_stream_create(loom_device dev, loom_stream **out) {
   return LOOM_OK;
 }
 
-void loom_stream_destroy(loom_stream *s) {
+void loom_stream_free(loom_stream *s) {
   if (!s || !s->owned) return;
 #ifdef LOOM_HAVE_CUDA
   if (s->native) cudaStreamDestroy((cudaStream_t)s->native);
@@ -127,7 +127,7 @@ loom_status loom_event_create(loom_device dev, loom_event **out) {
   return LOOM_OK;
 }
 
-void loom_event_destroy(loom_event *e) {
+void loom_event_free(loom_event *e) {
   if (!e) return;
 #ifdef LOOM_HAVE_CUDA
   if (e->native) cudaEventDestroy((cudaEvent_t)e->native);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "device/device_internal.h"
 #include "dist/dist_internal.h"
 #include "prof/prof.h"
@@ -58,18 +59,17 @@ loom_status loom_comm_failed_error(loom_comm *c, const char *what) {
 
 /* ---- options and environment ------------------------------------------------- */
 
-loom_comm_options loom_comm_defaults(void) {
-  loom_comm_options o;
-  memset(&o, 0, sizeof o);
-  o.size = sizeof o;
-  o.backend = LOOM_COMM_AUTO;
-  o.device = loom_cpu();
-  o.init = NULL;
-  o.rank = -1;
-  o.world_size = -1;
-  o.timeout_s = 0;
-  o.set_threads = true;
-  return o;
+void loom_comm_options_init(loom_comm_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->backend = LOOM_COMM_AUTO;
+  o->device = loom_cpu();
+  o->init = NULL;
+  o->rank = -1;
+  o->world_size = -1;
+  o->timeout_s = 0;
+  o->set_threads = true;
 }
 
 const char *loom_comm_backend_name(loom_comm_backend b) {
@@ -107,9 +107,6 @@ static int env_int(const char *name) {
 
 loom_status loom_dist_env_get(loom_dist_env *out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "dist_env_get: out is NULL");
-  if (out->size < sizeof(uint32_t) || out->size > sizeof *out)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "dist_env_get: out->size is %u; set it to sizeof(loom_dist_env)",
-                          out->size);
   loom_dist_env e = {sizeof e, false, 0, 1, 0, 1, "none"};
   struct {
     const char *name, *rank, *size, *lrank, *lsize;
@@ -153,12 +150,8 @@ loom_status loom_dist_env_get(loom_dist_env *out) {
     e.launched = true;
     e.launcher = "loom";
   }
-done: {
-    uint32_t n = out->size;
-    memcpy(out, &e, n);
-    out->size = n;
-  }
-  return LOOM_OK;
+done:
+  return LOOM_STRUCT_OUT("dist_env_get", loom_dist_env, out, &e);
 }
 
 bool loom_dist_have_mpi(void) {
@@ -234,7 +227,7 @@ static loom_status resolve_rank(int32_t opt, const char *env_name, const char *f
 static loom_status resolve_device(loom_device in, loom_device *out) {
   *out = in;
   if (in.kind == LOOM_CUDA && in.index == -1) {
-    loom_dist_env e = {.size = sizeof e};
+    loom_dist_env e = {.struct_size = sizeof e};
     LOOM_TRY(loom_dist_env_get(&e));
     int n = loom_device_count(LOOM_CUDA);
     if (n == 0) {
@@ -255,14 +248,9 @@ static loom_status resolve_device(loom_device in, loom_device *out) {
 loom_status loom_comm_init(const loom_comm_options *opt, loom_comm **out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "comm_init: out is NULL");
   *out = NULL;
-  loom_comm_options o = loom_comm_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o)
-      return loom_set_error(LOOM_ERR_INVALID_ARG, "comm_init: options.size is %u; fill options from loom_comm_defaults()",
-                            opt->size);
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_comm_options o;
+  loom_comm_options_init(&o);
+  LOOM_TRY(LOOM_STRUCT_IN("comm_init", loom_comm_options, &o, opt));
   if (o.backend < LOOM_COMM_AUTO || o.backend > LOOM_COMM_NCCL)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "comm_init: unknown backend %d; use a loom_comm_backend value", (int)o.backend);
   double timeout;
@@ -279,7 +267,7 @@ loom_status loom_comm_init(const loom_comm_options *opt, loom_comm **out) {
   if (init && *init) {
     LOOM_TRY(parse_init(init, origin, &spec));
   } else {
-    loom_dist_env e = {.size = sizeof e};
+    loom_dist_env e = {.struct_size = sizeof e};
     LOOM_TRY(loom_dist_env_get(&e));
     spec.kind = e.launched ? INIT_MPI : INIT_SINGLE;
     if (o.backend == LOOM_COMM_MPI) spec.kind = INIT_MPI;
@@ -342,15 +330,11 @@ loom_status loom_comm_init_all(int n, const int *cuda_indices, const loom_comm_o
   if (!comms || n < 1)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "comm_init_all: need n >= 1 (got %d) and a comms array of n entries", n);
   for (int i = 0; i < n; i++) comms[i] = NULL;
-  double t = 0;
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof(loom_comm_options))
-      return loom_set_error(LOOM_ERR_INVALID_ARG, "comm_init_all: options.size is %u; fill options from loom_comm_defaults()",
-                            opt->size);
-    if (opt->size >= offsetof(loom_comm_options, timeout_s) + sizeof(double)) t = opt->timeout_s;
-  }
+  loom_comm_options o;
+  loom_comm_options_init(&o);
+  LOOM_TRY(LOOM_STRUCT_IN("comm_init_all", loom_comm_options, &o, opt));
   double timeout;
-  LOOM_TRY(loom_dist_resolve_timeout(t, &timeout));
+  LOOM_TRY(loom_dist_resolve_timeout(o.timeout_s, &timeout));
   /* One GPU per rank: NCCL cannot put two ranks on one physical GPU (it
    * refuses or hangs), so virtual devices of one GPU are refused here. */
   for (int i = 0; i < n; i++) {

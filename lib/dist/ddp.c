@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "amp/amp_internal.h"
+#include "core/struct_size.h"
 #include "dist/dist_internal.h"
 #include "loom/autograd.h"
 #include "loom/log.h"
@@ -61,15 +62,14 @@ struct loom_ddp {
   loom_ddp_stats stats;
 };
 
-loom_ddp_options loom_ddp_defaults(void) {
-  loom_ddp_options o;
-  memset(&o, 0, sizeof o);
-  o.size = sizeof o;
-  o.first_bucket_mib = 1.0;
-  o.bucket_mib = 25.0;
-  o.reduce_in_fp32 = false;
-  o.broadcast_buffers = true;
-  return o;
+void loom_ddp_options_init(loom_ddp_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->first_bucket_mib = 1.0;
+  o->bucket_mib = 25.0;
+  o->reduce_in_fp32 = false;
+  o->broadcast_buffers = true;
 }
 
 /* ---- the model check and the initial broadcast ------------------------------------ */
@@ -311,15 +311,9 @@ loom_ddp *loom_ddp_new(loom_module *m, loom_comm *c, const loom_ddp_options *opt
     loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_new: model and communicator must not be NULL");
     return NULL;
   }
-  loom_ddp_options o = loom_ddp_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_new: options.size is %u; fill options from loom_ddp_defaults()", opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_ddp_options o;
+  loom_ddp_options_init(&o);
+  if (LOOM_STRUCT_IN("ddp_new", loom_ddp_options, &o, opt) != LOOM_OK) return NULL;
   if (check_options(&o) != LOOM_OK || loom_comm_failed_error(c, "ddp_new") != LOOM_OK) return NULL;
   int n = loom_module_num_params(m);
   if (n < 1) {
@@ -351,7 +345,7 @@ loom_ddp *loom_ddp_new(loom_module *m, loom_comm *c, const loom_ddp_options *opt
     ddp_destroy(d);
     return NULL;
   }
-  d->stats.size = sizeof d->stats;
+  d->stats.struct_size = sizeof d->stats;
   loom_log_msg(LOOM_LOG_INFO, "ddp: rank %d of %d, %d parameters in %d bucket%s (%s)", c->rank, c->size, n, d->nb,
                d->nb == 1 ? "" : "s", loom_dtype_name(d->b[0].dtype));
   return d;
@@ -502,37 +496,25 @@ int loom_ddp_num_buckets(const loom_ddp *d) { return d ? d->nb : 0; }
 
 loom_status loom_ddp_bucket_get(const loom_ddp *d, int i, loom_ddp_bucket_info *out) {
   if (!d || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_bucket_get: ddp and out must not be NULL");
-  if (out->size < sizeof(uint32_t) || out->size > sizeof *out)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_bucket_get: out->size is %u; set it to sizeof(loom_ddp_bucket_info)",
-                          out->size);
   if (i < 0 || i >= d->nb)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_bucket_get: bucket %d of %d", i, d->nb);
   const ddp_bucket *b = &d->b[i];
   loom_ddp_bucket_info info = {sizeof info, b->n_params, b->hi, b->lo, b->numel,
                                b->numel * (int64_t)loom_dtype_size(b->dtype), b->dtype};
-  uint32_t n = out->size;
-  memcpy(out, &info, n);
-  out->size = n;
-  return LOOM_OK;
+  return LOOM_STRUCT_OUT("ddp_bucket_get", loom_ddp_bucket_info, out, &info);
 }
 
 loom_status loom_ddp_stats_get(const loom_ddp *d, loom_ddp_stats *out) {
   if (!d || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_stats_get: ddp and out must not be NULL");
-  if (out->size < sizeof(uint32_t) || out->size > sizeof *out)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_stats_get: out->size is %u; set it to sizeof(loom_ddp_stats)",
-                          out->size);
   loom_ddp_stats s = d->stats;
-  s.size = sizeof s;
-  uint32_t n = out->size;
-  memcpy(out, &s, n);
-  out->size = n;
-  return LOOM_OK;
+  s.struct_size = sizeof s;
+  return LOOM_STRUCT_OUT("ddp_stats_get", loom_ddp_stats, out, &s);
 }
 
 void loom_ddp_stats_reset(loom_ddp *d) {
   if (!d) return;
   memset(&d->stats, 0, sizeof d->stats);
-  d->stats.size = sizeof d->stats;
+  d->stats.struct_size = sizeof d->stats;
 }
 
 /* ---- learning rate ------------------------------------------------------------------- */

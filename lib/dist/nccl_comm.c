@@ -275,9 +275,9 @@ static void n_destroy(loom_comm *c) {
   release_inflight(n);
   free(n->inflight);
   loom_tensor_release(n->barrier_word);
-  loom_event_destroy(n->ready);
-  loom_event_destroy(n->done);
-  loom_stream_destroy(n->stream);
+  loom_event_free(n->ready);
+  loom_event_free(n->done);
+  loom_stream_free(n->stream);
   free(n);
   c->impl = NULL;
 }
@@ -316,7 +316,7 @@ loom_status loom_nccl_comm_init(loom_device dev, const loom_nccl_rendezvous *rv,
   } else if (file) {
     rank = rv->rank;
     size = rv->size;
-    loom_dist_env e = {.size = sizeof e};
+    loom_dist_env e = {.struct_size = sizeof e};
     if (loom_dist_env_get(&e) == LOOM_OK) {
       local_rank = e.local_rank;
       local_size = e.local_size;

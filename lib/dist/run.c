@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "dist/dist_internal.h"
 
-loom_dist_run_options loom_dist_run_defaults(void) {
-  loom_dist_run_options o;
-  memset(&o, 0, sizeof o);
-  o.size = sizeof o;
-  o.gpus = 0;
-  o.comm = loom_comm_defaults();
-  return o;
+void loom_dist_run_options_init(loom_dist_run_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->gpus = 0;
+  loom_comm_options_init(&o->comm);
 }
 
 typedef struct worker {
@@ -43,14 +43,9 @@ static void *worker_main(void *arg) {
 
 loom_status loom_dist_run(const loom_dist_run_options *opt, loom_dist_worker fn, void *user) {
   if (!fn) return loom_set_error(LOOM_ERR_INVALID_ARG, "dist_run: fn is NULL");
-  loom_dist_run_options o = loom_dist_run_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o)
-      return loom_set_error(LOOM_ERR_INVALID_ARG, "dist_run: options.size is %u; fill options from loom_dist_run_defaults()",
-                            opt->size);
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_dist_run_options o;
+  loom_dist_run_options_init(&o);
+  LOOM_TRY(LOOM_STRUCT_IN("dist_run", loom_dist_run_options, &o, opt));
   if (o.gpus == 0) {
     loom_comm *c = NULL;
     LOOM_TRY(loom_comm_init(&o.comm, &c));
@@ -65,7 +60,7 @@ loom_status loom_dist_run(const loom_dist_run_options *opt, loom_dist_worker fn,
     loom_comm_free(c);
     return LOOM_OK;
   }
-  loom_dist_env e = {.size = sizeof e};
+  loom_dist_env e = {.struct_size = sizeof e};
   LOOM_TRY(loom_dist_env_get(&e));
   if (e.launched && e.world_size > 1)
     return loom_set_error(LOOM_ERR_INVALID_ARG,

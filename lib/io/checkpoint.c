@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "core/text.h"
 #include "data/data_internal.h"
 #include "loom/autograd.h"
@@ -100,20 +101,16 @@ static void entries_free(entries *e) {
 
 /* ---- shared checks -------------------------------------------------------------- */
 
-static loom_status check_state(const loom_train_state *st, const char *fn) {
+/* *s: a copy of the caller's state, fields beyond its struct_size NULL/0
+ * (older callers), checked. */
+static loom_status state_copy(const loom_train_state *st, const char *fn, loom_train_state *s) {
   if (!st) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: state is NULL", fn);
-  if (st->size < sizeof(uint32_t) + sizeof(void *) || st->size > (1u << 16))
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: state.size is %u; set it to sizeof(loom_train_state)", fn, st->size);
-  if (!st->model) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: state.model is NULL (a checkpoint needs the model)", fn);
+  memset(s, 0, sizeof *s);
+  LOOM_TRY(LOOM_STRUCT_IN(fn, loom_train_state, s, st));
+  if (!s->model) return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: state.model is NULL (a checkpoint needs the model)", fn);
+  if (s->schedule)
+    LOOM_TRY(loom_struct_size_check(fn, "loom_lr_schedule", s->schedule->struct_size, sizeof *s->schedule));
   return LOOM_OK;
-}
-
-/* A copy of the caller's state, fields beyond its size NULL/0 (older callers). */
-static loom_train_state state_copy(const loom_train_state *st) {
-  loom_train_state s;
-  memset(&s, 0, sizeof s);
-  memcpy(&s, st, st->size < sizeof s ? st->size : sizeof s);
-  return s;
 }
 
 /* The model's name of optimizer parameter i ("0.weight"), or an error. */
@@ -154,7 +151,7 @@ static int schedule_meta(const loom_lr_schedule *sc, const char *key[SCHED_FIELD
   FIELD("schedule.gamma", "%.17g", sc->gamma);
   FIELD("schedule.total_steps", "%lld", (long long)sc->total_steps);
   FIELD("schedule.min_lr", "%.17g", sc->min_lr);
-  if (sc->size >= offsetof(loom_lr_schedule, final_div_factor) + sizeof sc->final_div_factor) { /* one-cycle */
+  if (sc->struct_size >= offsetof(loom_lr_schedule, final_div_factor) + sizeof sc->final_div_factor) { /* one-cycle */
     FIELD("schedule.div_factor", "%.17g", sc->div_factor);
     FIELD("schedule.final_div_factor", "%.17g", sc->final_div_factor);
   }
@@ -184,8 +181,8 @@ static void warn_schedule_change(loom_safetensors *f, const char *path, const lo
 /* ---- save ------------------------------------------------------------------------ */
 
 loom_status loom_checkpoint_save(const char *path, const loom_train_state *state) {
-  LOOM_TRY(check_state(state, "loom_checkpoint_save"));
-  loom_train_state s = state_copy(state);
+  loom_train_state s;
+  LOOM_TRY(state_copy(state, "loom_checkpoint_save", &s));
   entries e;
   memset(&e, 0, sizeof e);
   char name[NAME_MAX_LEN - 32];
@@ -240,7 +237,7 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
     free(hp);
   }
   if (s.scaler && st == LOOM_OK) {
-    loom_scaler_state ss = {.size = sizeof ss};
+    loom_scaler_state ss = {.struct_size = sizeof ss};
     st = loom_scaler_state_save(s.scaler, &ss);
     if (st == LOOM_OK) st = add_meta(&e, "scaler.scale", "%.17g", ss.scale);
     if (st == LOOM_OK) st = add_meta(&e, "scaler.good_steps", "%lld", (long long)ss.good_steps);
@@ -423,7 +420,7 @@ static loom_status check_all(const loom_safetensors *f, const loom_train_state *
   }
   if (s->scaler) {
     loom_scaler_state *ss = &p->scaler;
-    ss->size = sizeof *ss;
+    ss->struct_size = sizeof *ss;
     const char *sv = loom_safetensors_metadata(f, "scaler.scale");
     char *end = NULL;
     if (!sv) return loom_set_error(LOOM_ERR_FORMAT, "checkpoint: the file has no loss-scaler state (scaler.scale)");
@@ -493,8 +490,8 @@ static loom_status apply_all(loom_safetensors *f, loom_train_state *s, const pla
 }
 
 loom_status loom_checkpoint_restore(const char *path, loom_train_state *state) {
-  LOOM_TRY(check_state(state, "loom_checkpoint_restore"));
-  loom_train_state s = state_copy(state);
+  loom_train_state s;
+  LOOM_TRY(state_copy(state, "loom_checkpoint_restore", &s));
   loom_safetensors *f = loom_safetensors_open(path);
   if (!f) return loom_error_prefix("loom_checkpoint_restore");
   plan p;
@@ -502,7 +499,7 @@ loom_status loom_checkpoint_restore(const char *path, loom_train_state *state) {
   loom_status st = check_all(f, &s, &p);
   if (st == LOOM_OK) st = apply_all(f, &s, &p);
   if (st == LOOM_OK) {
-    state->step = s.step;
+    st = LOOM_STRUCT_OUT("loom_checkpoint_restore", loom_train_state, state, &s);  /* sets state->step */
     if (s.schedule) warn_schedule_change(f, path, s.schedule, s.step);
   } else {
     loom_error_prefix("loom_checkpoint_restore '%s'", path);

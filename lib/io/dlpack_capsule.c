@@ -9,18 +9,22 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/struct_size.h"
 #include "io/dlpack_abi.h"
 #include "loom/io.h"
 
 static loom_pycapsule_api g_api;
 static atomic_bool g_api_set;
 
-loom_status loom_dlpack_set_pycapsule_api(const loom_pycapsule_api *api) {
-  if (!api || api->size != sizeof *api || !api->is_valid || !api->get_pointer || !api->err_fetch || !api->err_restore)
+loom_status loom_dlpack_set_pycapsule_api(const loom_pycapsule_api *user) {
+  loom_pycapsule_api api = {0};
+  if (user) LOOM_TRY(LOOM_STRUCT_IN("loom_dlpack_set_pycapsule_api", loom_pycapsule_api, &api, user));
+  if (!user || !api.is_valid || !api.get_pointer || !api.err_fetch || !api.err_restore)
     return loom_set_error(LOOM_ERR_INVALID_ARG,
-                          "loom_dlpack_set_pycapsule_api: give all four functions and size = sizeof(loom_pycapsule_api)");
+                          "loom_dlpack_set_pycapsule_api: give all four functions (is_valid, get_pointer, "
+                          "err_fetch, err_restore)");
   if (atomic_load(&g_api_set)) return LOOM_OK;  /* one Python per process: the same functions */
-  g_api = *api;
+  g_api = api;
   atomic_store(&g_api_set, true);
   return LOOM_OK;
 }

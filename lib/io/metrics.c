@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/struct_size.h"
 #include "io/tfrecord.h"
 #include "loom/metrics.h"
 
@@ -89,14 +90,7 @@ static void destroy(loom_metrics *m) {
 loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_options *user) {
   loom_metrics_options o;
   loom_metrics_options_init(&o);
-  if (user) {
-    if (user->struct_size < sizeof(size_t) || user->struct_size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "loom_metrics_open: options.struct_size is %zu; initialize the options with "
-                                           "loom_metrics_options_init", user->struct_size);
-      return NULL;
-    }
-    memcpy(&o, user, user->struct_size);
-  }
+  if (LOOM_STRUCT_IN("loom_metrics_open", loom_metrics_options, &o, user) != LOOM_OK) return NULL;
   if (!logdir || !*logdir) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "loom_metrics_open: logdir is NULL or empty");
     return NULL;

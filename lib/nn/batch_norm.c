@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "loom/autograd.h"
+#include "core/struct_size.h"
 #include "nn/module_internal.h"
 #include "tensor/grad_mode.h"
 
@@ -82,16 +83,9 @@ void loom_batch_norm2d_name(loom_module *m) {
 
 loom_module *loom_batch_norm2d_new(int64_t num_features, const loom_batch_norm_options *opt, bool affine,
                                    loom_device dev) {
-  loom_batch_norm_options o = loom_batch_norm_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG,
-                     "batch_norm2d_new: options.size is %u; fill options from loom_batch_norm_defaults()", opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
+  if (LOOM_STRUCT_IN("batch_norm2d_new", loom_batch_norm_options, &o, opt) != LOOM_OK) return NULL;
   if (num_features <= 0) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "batch_norm2d_new: num_features must be positive (got %lld)",
                    (long long)num_features);

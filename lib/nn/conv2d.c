@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "loom/autograd.h"
+#include "core/struct_size.h"
 #include "nn/module_internal.h"
 #include "nn/precision_policy.h"
 
@@ -40,16 +41,9 @@ void loom_conv2d_name(loom_module *m) {
 
 loom_module *loom_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h, int64_t kernel_w,
                              const loom_conv2d_options *opt, bool bias, loom_init init, loom_device dev) {
-  loom_conv2d_options o = loom_conv2d_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "conv2d_new: options.size is %u; fill options from loom_conv2d_defaults()",
-                     opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
+  if (LOOM_STRUCT_IN("conv2d_new", loom_conv2d_options, &o, opt) != LOOM_OK) return NULL;
   if (in_channels <= 0 || out_channels <= 0 || kernel_h <= 0 || kernel_w <= 0) {
     loom_set_error(LOOM_ERR_INVALID_ARG,
                    "conv2d_new: channels and kernel size must be positive (got %lld -> %lld, kernel %lldx%lld)",

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "nn/module_internal.h"
 
 typedef struct pool_impl {
@@ -26,17 +27,15 @@ static void pool_destroy(loom_module *m) { free(m->impl); }
 
 static loom_module *pool_new(int kind, const char *what, const loom_pool2d_options *opt) {
   if (!opt) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "%s_new: options are NULL; make them with loom_pool2d_defaults(kh, kw)", what);
+    loom_set_error(LOOM_ERR_INVALID_ARG, "%s_new: options are NULL; make them with loom_pool2d_options_init(&o, kh, kw)",
+                   what);
     return NULL;
   }
-  if (opt->size < sizeof(uint32_t) || opt->size > sizeof(loom_pool2d_options)) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "%s_new: options.size is %u; fill options from loom_pool2d_defaults()", what,
-                   opt->size);
-    return NULL;
-  }
-  loom_pool2d_options o = loom_pool2d_defaults(0, 0);
-  memcpy(&o, opt, opt->size);
-  o.size = sizeof o;
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 0, 0);
+  char fn[32];
+  snprintf(fn, sizeof fn, "%s_new", what);
+  if (LOOM_STRUCT_IN(fn, loom_pool2d_options, &o, opt) != LOOM_OK) return NULL;
   for (int d = 0; d < 2; d++) {
     if (o.kernel[d] < 1 || o.stride[d] < 0 || o.padding[d] < 0 || 2 * o.padding[d] > o.kernel[d]) {
       loom_set_error(LOOM_ERR_INVALID_ARG,

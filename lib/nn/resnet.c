@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "loom/autograd.h"
+#include "core/struct_size.h"
 #include "nn/module_internal.h"
 #include "nn/precision_policy.h"
 #include "nn/resnet_internal.h"
@@ -39,7 +40,7 @@ static const struct arch_info {
 #define N_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 
 /* Options written before checkpoint_every was appended are 40 bytes long:
- * the new field must lie past them (memcpy of opt->size bytes below). */
+ * the new field must lie past them (an older struct_size copies only those). */
 _Static_assert(offsetof(loom_resnet_options, checkpoint_every) == 40, "checkpoint_every past the 40-byte options");
 
 static bool arch_valid(int a) { return a >= 0 && a < N_ARCHS && ARCHS[a].name; }
@@ -60,11 +61,10 @@ loom_status loom_resnet_parse(const char *name, loom_resnet_arch *out) {
                         name);
 }
 
-loom_resnet_options loom_resnet_defaults(loom_resnet_arch arch) {
+void loom_resnet_options_init(loom_resnet_options *o, loom_resnet_arch arch) {
+  if (!o) return;
   bool cifar = arch_valid((int)arch) ? ARCHS[arch].cifar : true;
-  loom_resnet_options o = {sizeof(loom_resnet_options), 3, cifar ? 10 : 1000, LOOM_SHORTCUT_PROJECTION,
-                           LOOM_FORMAT_NCHW, false, 0};
-  return o;
+  *o = (loom_resnet_options){sizeof *o, 3, cifar ? 10 : 1000, LOOM_SHORTCUT_PROJECTION, LOOM_FORMAT_NCHW, false, 0};
 }
 
 /* x in the network's memory format and dtype. Without autograd on x this is
@@ -147,16 +147,9 @@ loom_module *loom_resnet_new(loom_resnet_arch arch, const loom_resnet_options *o
     loom_set_error(LOOM_ERR_INVALID_ARG, "resnet_new: unknown architecture %d; use a loom_resnet_arch value", (int)arch);
     return NULL;
   }
-  loom_resnet_options o = loom_resnet_defaults(arch);
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "resnet_new: options.size is %u; fill options from loom_resnet_defaults()",
-                     opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-    o.size = sizeof o;
-  }
+  loom_resnet_options o;
+  loom_resnet_options_init(&o, arch);
+  if (LOOM_STRUCT_IN("resnet_new", loom_resnet_options, &o, opt) != LOOM_OK) return NULL;
   if (o.in_channels < 1 || o.num_classes < 1) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "resnet_new: in_channels and num_classes must be positive (got %lld, %lld)",
                    (long long)o.in_channels, (long long)o.num_classes);
@@ -189,17 +182,20 @@ loom_module *loom_resnet_new(loom_resnet_arch arch, const loom_resnet_options *o
   m->destroy = resnet_destroy;
   m->forward = resnet_forward;
   int64_t width = a->cifar ? 16 : 64, in = width;
-  loom_conv2d_options stem = loom_conv2d_defaults();
+  loom_conv2d_options stem;
+  loom_conv2d_options_init(&stem);
   int64_t k = a->cifar ? 3 : 7;
   stem.stride[0] = stem.stride[1] = a->cifar ? 1 : 2;
   stem.padding[0] = stem.padding[1] = k / 2;
-  loom_batch_norm_options bno = loom_batch_norm_defaults();
+  loom_batch_norm_options bno;
+  loom_batch_norm_options_init(&bno);
   bno.act = LOOM_ACT_RELU;
   loom_status st = loom_module_add_child(
       m, "conv1", loom_conv2d_new(o.in_channels, width, k, k, &stem, false, LOOM_INIT_KAIMING_NORMAL_FAN_OUT, dev));
   if (st == LOOM_OK) st = loom_module_add_child(m, "bn1", loom_batch_norm2d_new(width, &bno, true, dev));
   if (st == LOOM_OK && !a->cifar) {
-    loom_pool2d_options mp = loom_pool2d_defaults(3, 3);
+    loom_pool2d_options mp;
+    loom_pool2d_options_init(&mp, 3, 3);
     mp.stride[0] = mp.stride[1] = 2;
     mp.padding[0] = mp.padding[1] = 1;
     st = loom_module_add_child(m, "maxpool", loom_max_pool2d_new(&mp));

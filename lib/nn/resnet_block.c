@@ -59,7 +59,8 @@ static loom_tensor *shortcut(loom_module *m, loom_tensor *x) {
   loom_module *ds = loom_module_find_child(m, "downsample");
   if (ds) return loom_module_forward(ds, x);
   if (!b->zero_pad) return x;
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.stride[0] = o.stride[1] = b->stride;
   return loom_conv2d(x, select_weight(m, x->dtype), NULL, &o);
 }
@@ -80,14 +81,16 @@ static void block_destroy(loom_module *m) {
 
 /* Conv2d without bias, torchvision's init. */
 static loom_module *conv(int64_t in, int64_t out, int64_t k, int64_t stride, loom_device dev) {
-  loom_conv2d_options o = loom_conv2d_defaults();
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
   o.stride[0] = o.stride[1] = stride;
   o.padding[0] = o.padding[1] = k / 2;
   return loom_conv2d_new(in, out, k, k, &o, false, LOOM_INIT_KAIMING_NORMAL_FAN_OUT, dev);
 }
 
 static loom_module *bn(int64_t c, bool relu, loom_device dev) {
-  loom_batch_norm_options o = loom_batch_norm_defaults();
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
   o.act = relu ? LOOM_ACT_RELU : LOOM_ACT_NONE;
   return loom_batch_norm2d_new(c, &o, true, dev);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "loom/autograd.h"
+#include "core/struct_size.h"
 #include "nn/module_internal.h"
 
 /* One checkpointed run of children [lo, hi) of Sequential m (the ctx of
@@ -146,18 +147,16 @@ void loom_mlp_options_init(loom_mlp_options *o) {
 }
 
 loom_module *loom_mlp_new_ex(int64_t in_features, int n_hidden, const int64_t *hidden, int64_t out_features,
-                             loom_device dev, const loom_mlp_options *o) {
-  if (o && (o->struct_size < sizeof(size_t) || o->struct_size > sizeof *o)) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "mlp_new_ex: options struct_size %zu unknown (this loom knows %zu); call "
-                   "loom_mlp_options_init", o->struct_size, sizeof *o);
-    return NULL;
-  }
-  if (o && o->checkpoint_every < 0) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "mlp_new_ex: checkpoint_every = %d must be >= 0 (0: off)", o->checkpoint_every);
+                             loom_device dev, const loom_mlp_options *opt) {
+  loom_mlp_options o;
+  loom_mlp_options_init(&o);
+  if (LOOM_STRUCT_IN("mlp_new_ex", loom_mlp_options, &o, opt) != LOOM_OK) return NULL;
+  if (o.checkpoint_every < 0) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "mlp_new_ex: checkpoint_every = %d must be >= 0 (0: off)", o.checkpoint_every);
     return NULL;
   }
   loom_module *m = loom_mlp_new(in_features, n_hidden, hidden, out_features, dev);
-  if (m && o && loom_sequential_set_checkpoint_every(m, o->checkpoint_every) != LOOM_OK) {
+  if (m && loom_sequential_set_checkpoint_every(m, o.checkpoint_every) != LOOM_OK) {
     loom_module_free(m);
     return NULL;
   }

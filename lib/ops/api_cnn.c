@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/capture.h"
+#include "core/struct_size.h"
 #include "loom/rng.h"
 #include "ops/op.h"
 #include "ops/shape_rules.h"
@@ -27,22 +28,16 @@ static loom_tensor *canonical(loom_tensor *x) {
 
 /* ---- batch norm ---------------------------------------------------------------- */
 
-loom_batch_norm_options loom_batch_norm_defaults(void) {
-  loom_batch_norm_options o = {sizeof(loom_batch_norm_options), true, 0.1, 1e-5, LOOM_ACT_NONE};
-  return o;
+void loom_batch_norm_options_init(loom_batch_norm_options *o) {
+  if (!o) return;
+  *o = (loom_batch_norm_options){sizeof *o, true, 0.1, 1e-5, LOOM_ACT_NONE};
 }
 
 loom_tensor *loom_batch_norm(loom_tensor *x, loom_tensor *running_mean, loom_tensor *running_var, loom_tensor *weight,
                              loom_tensor *bias, const loom_batch_norm_options *opt) {
-  loom_batch_norm_options o = loom_batch_norm_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "batch_norm: options.size is %u; fill options from loom_batch_norm_defaults()",
-                     opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-  }
+  loom_batch_norm_options o;
+  loom_batch_norm_options_init(&o);
+  if (LOOM_STRUCT_IN("batch_norm", loom_batch_norm_options, &o, opt) != LOOM_OK) return NULL;
   if (!x) return null_input("batch_norm", "x");
   /* A checkpointed segment recomputed in backward: the forward pass updated
    * the running statistics already; batch statistics only this time. */
@@ -71,9 +66,9 @@ loom_tensor *loom_batch_norm(loom_tensor *x, loom_tensor *running_mean, loom_ten
 
 /* ---- pooling ------------------------------------------------------------------------ */
 
-loom_pool2d_options loom_pool2d_defaults(int64_t kernel_h, int64_t kernel_w) {
-  loom_pool2d_options o = {sizeof(loom_pool2d_options), {kernel_h, kernel_w}, {0, 0}, {0, 0}, false, true};
-  return o;
+void loom_pool2d_options_init(loom_pool2d_options *o, int64_t kernel_h, int64_t kernel_w) {
+  if (!o) return;
+  *o = (loom_pool2d_options){sizeof *o, {kernel_h, kernel_w}, {0, 0}, {0, 0}, false, true};
 }
 
 /* i[] layout shared with shape_rules_cnn.c and the kernels: 0-1 kernel (or
@@ -82,15 +77,13 @@ loom_pool2d_options loom_pool2d_defaults(int64_t kernel_h, int64_t kernel_w) {
  * memory format. */
 static loom_tensor *pool(loom_op_id id, const char *op, loom_tensor *x, const loom_pool2d_options *opt) {
   if (!opt) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "%s: options are NULL; make them with loom_pool2d_defaults(kernel_h, kernel_w)", op);
+    loom_set_error(LOOM_ERR_INVALID_ARG, "%s: options are NULL; make them with loom_pool2d_options_init(&o, kernel_h, "
+                   "kernel_w)", op);
     return NULL;
   }
-  if (opt->size < sizeof(uint32_t) || opt->size > sizeof(loom_pool2d_options)) {
-    loom_set_error(LOOM_ERR_INVALID_ARG, "%s: options.size is %u; fill options from loom_pool2d_defaults()", op, opt->size);
-    return NULL;
-  }
-  loom_pool2d_options o = loom_pool2d_defaults(0, 0);
-  memcpy(&o, opt, opt->size);
+  loom_pool2d_options o;
+  loom_pool2d_options_init(&o, 0, 0);
+  if (LOOM_STRUCT_IN(op, loom_pool2d_options, &o, opt) != LOOM_OK) return NULL;
   if (!x) return null_input(op, "x");
   loom_op_args a = {.n_in = 1};
   for (int d = 0; d < 2; d++) {

@@ -1,23 +1,16 @@
 /* api_conv.c — loom_conv2d: options, layout normalisation, the op call. */
-#include <string.h>
-
+#include "core/struct_size.h"
 #include "ops/conv.h"
 
-loom_conv2d_options loom_conv2d_defaults(void) {
-  loom_conv2d_options o = {sizeof(loom_conv2d_options), {1, 1}, {0, 0}, {1, 1}, 1, LOOM_ACT_NONE};
-  return o;
+void loom_conv2d_options_init(loom_conv2d_options *o) {
+  if (!o) return;
+  *o = (loom_conv2d_options){sizeof *o, {1, 1}, {0, 0}, {1, 1}, 1, LOOM_ACT_NONE};
 }
 
 loom_tensor *loom_conv2d(loom_tensor *x, loom_tensor *w, loom_tensor *b, const loom_conv2d_options *opt) {
-  loom_conv2d_options o = loom_conv2d_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "conv2d: options.size is %u; fill options from loom_conv2d_defaults()",
-                     opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);  /* an older, shorter struct keeps the defaults of later fields */
-  }
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
+  if (LOOM_STRUCT_IN("conv2d", loom_conv2d_options, &o, opt) != LOOM_OK) return NULL;
   /* x must be NCHW or NHWC (a strided view becomes NCHW: the rule for
    * every CNN op); w may have any strides (the kernels gather it); b is read
    * densely. The copies are intermediates: a private scope keeps them from

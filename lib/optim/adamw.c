@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "optim/fused.h"
 
 typedef struct adamw_optimizer {
@@ -89,20 +90,15 @@ static const loom_optimizer_vtable adamw_vtable = {
   .free = loom_fused_free,
 };
 
-loom_adamw_options loom_adamw_defaults(void) {
-  loom_adamw_options o = {sizeof(loom_adamw_options), 1e-3, 0.9, 0.999, 1e-8, 0.01};
-  return o;
+void loom_adamw_options_init(loom_adamw_options *o) {
+  if (!o) return;
+  *o = (loom_adamw_options){sizeof *o, 1e-3, 0.9, 0.999, 1e-8, 0.01};
 }
 
 loom_optimizer *loom_adamw_new(loom_tensor *const *params, int n, const loom_adamw_options *opt) {
-  loom_adamw_options o = loom_adamw_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "adamw: options.size is %u; fill options from loom_adamw_defaults()", opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-  }
+  loom_adamw_options o;
+  loom_adamw_options_init(&o);
+  if (LOOM_STRUCT_IN("adamw", loom_adamw_options, &o, opt) != LOOM_OK) return NULL;
   if (!(o.lr >= 0 && o.lr < INFINITY) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
       !(o.eps > 0 && o.eps < INFINITY) || !(o.weight_decay >= 0 && o.weight_decay < INFINITY)) {
     loom_set_error(LOOM_ERR_INVALID_ARG,

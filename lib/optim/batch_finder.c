@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/struct_size.h"
 #include "loom/alloc.h"
 #include "loom/autograd.h"
 #include "loom/ops.h"
@@ -23,9 +24,7 @@ void loom_batch_finder_options_init(loom_batch_finder_options *o) {
 }
 
 static int64_t allocated_now(loom_device dev) {
-  loom_memory_stats st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
+  loom_memory_stats st = {.struct_size = sizeof st};
   if (loom_memory_stats_get(dev, &st) != LOOM_OK) return -1;
   return st.allocated_bytes[0].current;
 }
@@ -57,12 +56,7 @@ loom_status loom_find_batch_size(loom_batch_probe_fn probe, void *ctx, const loo
   if (!probe || !batch) return loom_set_error(LOOM_ERR_INVALID_ARG, "find_batch_size: probe and batch must not be NULL");
   loom_batch_finder_options d;
   loom_batch_finder_options_init(&d);
-  if (o) {
-    if (o->struct_size != sizeof *o)
-      return loom_set_error(LOOM_ERR_INVALID_ARG, "find_batch_size: options struct_size %zu, expected %zu; call "
-                            "loom_batch_finder_options_init", o->struct_size, sizeof *o);
-    d = *o;
-  }
+  LOOM_TRY(LOOM_STRUCT_IN("find_batch_size", loom_batch_finder_options, &d, o));
   if (d.start < 1 || d.max < d.start || !(d.margin >= 0 && d.margin < 1) || d.multiple_of < 1)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "find_batch_size: need 1 <= start (%lld) <= max (%lld), margin %g in "
                           "[0, 1) and multiple_of %lld >= 1", (long long)d.start, (long long)d.max, d.margin,
@@ -104,8 +98,9 @@ loom_status loom_find_batch_size(loom_batch_probe_fn probe, void *ctx, const loo
 }
 
 loom_status loom_batch_probe_classifier(void *ctx, int64_t batch) {
-  const loom_classifier_probe *c = ctx;
-  if (!c || c->struct_size != sizeof *c || !c->model || !c->opt || c->in_features < 1 || c->num_classes < 1)
+  loom_classifier_probe probe = {0}, *c = &probe;
+  if (ctx) LOOM_TRY(LOOM_STRUCT_IN("batch_probe_classifier", loom_classifier_probe, &probe, ctx));
+  if (!ctx || !c->model || !c->opt || c->in_features < 1 || c->num_classes < 1)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "batch_probe_classifier: ctx must be a filled loom_classifier_probe");
   loom_scope_begin();
   int64_t xs[2] = {batch, c->in_features}, ys[1] = {batch};

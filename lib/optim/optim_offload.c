@@ -137,7 +137,8 @@ static loom_status offload_add_group(loom_optimizer *o, loom_tensor *const *para
   }
   if (st == LOOM_OK) st = loom_optim_append_group(o, params, n, lr, wd, 0);
   if (st == LOOM_OK) {
-    loom_param_group_options go = loom_param_group_defaults();
+    loom_param_group_options go;
+    loom_param_group_options_init(&go);
     go.lr = lr;
     go.weight_decay = wd;
     st = loom_optimizer_add_param_group(w->inner, h, n, &go);

@@ -11,11 +11,12 @@
 #include "loom/autograd.h"
 #include "loom/ops.h"
 #include "core/capture.h"
+#include "core/struct_size.h"
 #include "optim/optim_internal.h"
 
-loom_param_group_options loom_param_group_defaults(void) {
-  loom_param_group_options o = {sizeof(loom_param_group_options), NAN, NAN};
-  return o;
+void loom_param_group_options_init(loom_param_group_options *o) {
+  if (!o) return;
+  *o = (loom_param_group_options){sizeof *o, NAN, NAN};
 }
 
 /* ---- the header ----------------------------------------------------------------- */
@@ -158,16 +159,17 @@ void loom_optimizer_schedule_skip(loom_optimizer *o) {
 
 loom_status loom_optimizer_set_schedule(loom_optimizer *o, const loom_lr_schedule *s, int64_t step) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_set_schedule: optimizer is NULL");
-  if (s && s->size != sizeof *s)
-    return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_set_schedule: schedule.size is %u but this loom expects %zu "
-                          "(make it with loom_lr_constant/step/cosine/one_cycle)", s->size, sizeof *s);
+  /* An older, smaller schedule keeps the constructors' values of the fields
+   * it lacks (the one-cycle factors). */
+  loom_lr_schedule sc = loom_lr_constant(0.0);
+  LOOM_TRY(LOOM_STRUCT_IN("optimizer_set_schedule", loom_lr_schedule, &sc, s));
   if (step < 0) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_set_schedule: step is %lld (need >= 0)", (long long)step);
   o->has_sched = s != NULL;
   if (!s) return LOOM_OK;
-  o->sched = *s;
+  o->sched = sc;
   o->sched_step = step;
   o->sched_reseed = true;
-  loom_optimizer_set_lr(o, loom_lr_at(s, step));
+  loom_optimizer_set_lr(o, loom_lr_at(&sc, step));
   return LOOM_OK;
 }
 
@@ -186,14 +188,9 @@ double loom_optimizer_get_lr(const loom_optimizer *o) { return o ? o->lr : 0.0; 
 loom_status loom_optimizer_add_param_group(loom_optimizer *o, loom_tensor *const *params, int n,
                                            const loom_param_group_options *opt) {
   if (!o) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer_add_param_group: optimizer is NULL");
-  loom_param_group_options g = loom_param_group_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof g)
-      return loom_set_error(LOOM_ERR_INVALID_ARG,
-                            "optimizer_add_param_group: options.size is %u; fill options from loom_param_group_defaults()",
-                            opt->size);
-    memcpy(&g, opt, opt->size);
-  }
+  loom_param_group_options g;
+  loom_param_group_options_init(&g);
+  LOOM_TRY(LOOM_STRUCT_IN("optimizer_add_param_group", loom_param_group_options, &g, opt));
   double lr = isnan(g.lr) ? o->lr : g.lr;
   double wd = isnan(g.weight_decay) ? o->vt->default_weight_decay(o) : g.weight_decay;
   if (!(lr >= 0 && lr < INFINITY) || !(wd >= 0 && wd < INFINITY))

@@ -2,11 +2,11 @@
  * parameter groups: weights that decay, and batch-norm parameters and biases
  * that do not (loom_module_split_decay decides which is which). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "loom/nn.h"
 #include "loom/optim.h"
 #include "core/error.h"
+#include "core/struct_size.h"
 
 typedef struct split_params {
   loom_tensor **decay, **no_decay;
@@ -28,7 +28,8 @@ static loom_status split_of(const loom_module *m, split_params *s) {
  * weight decay 0. */
 static loom_optimizer *finish(loom_optimizer *o, split_params *s, bool swapped) {
   if (o && !swapped && s->n_no_decay > 0) {
-    loom_param_group_options g = loom_param_group_defaults();
+    loom_param_group_options g;
+    loom_param_group_options_init(&g);
     g.weight_decay = 0.0;
     if (loom_optimizer_add_param_group(o, s->no_decay, s->n_no_decay, &g) != LOOM_OK) {
       loom_optimizer_free(o);
@@ -40,37 +41,28 @@ static loom_optimizer *finish(loom_optimizer *o, split_params *s, bool swapped) 
   return o;
 }
 
-/* The options a caller gave, widened to the current struct (an invalid size
- * is left for the optimizer's constructor to report). */
-#define WIDEN(o, opt)                                                               \
-  do {                                                                              \
-    if ((opt) && (opt)->size >= sizeof(uint32_t) && (opt)->size <= sizeof(o)) {     \
-      memcpy(&(o), (opt), (opt)->size);                                             \
-      (o).size = sizeof(o);                                                         \
-    }                                                                               \
-  } while (0)
-#define VALID(o, opt) (!(opt) || ((opt)->size >= sizeof(uint32_t) && (opt)->size <= sizeof(o)))
-
 loom_optimizer *loom_sgd_new_for_module(const loom_module *m, const loom_sgd_options *opt) {
   split_params s = {0};
   if (split_of(m, &s) != LOOM_OK) return finish(NULL, &s, false);
-  loom_sgd_options o = loom_sgd_defaults();
-  WIDEN(o, opt);
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
+  if (LOOM_STRUCT_IN("sgd_new_for_module", loom_sgd_options, &o, opt) != LOOM_OK) return finish(NULL, &s, false);
   bool swapped = s.n_decay == 0;
   if (swapped) o.weight_decay = 0.0;
   loom_tensor **p = swapped ? s.no_decay : s.decay;
   int n = swapped ? s.n_no_decay : s.n_decay;
-  return finish(loom_sgd_new(p, n, VALID(o, opt) ? &o : opt), &s, swapped);
+  return finish(loom_sgd_new(p, n, &o), &s, swapped);
 }
 
 loom_optimizer *loom_adamw_new_for_module(const loom_module *m, const loom_adamw_options *opt) {
   split_params s = {0};
   if (split_of(m, &s) != LOOM_OK) return finish(NULL, &s, false);
-  loom_adamw_options o = loom_adamw_defaults();
-  WIDEN(o, opt);
+  loom_adamw_options o;
+  loom_adamw_options_init(&o);
+  if (LOOM_STRUCT_IN("adamw_new_for_module", loom_adamw_options, &o, opt) != LOOM_OK) return finish(NULL, &s, false);
   bool swapped = s.n_decay == 0;
   if (swapped) o.weight_decay = 0.0;
   loom_tensor **p = swapped ? s.no_decay : s.decay;
   int n = swapped ? s.n_no_decay : s.n_decay;
-  return finish(loom_adamw_new(p, n, VALID(o, opt) ? &o : opt), &s, swapped);
+  return finish(loom_adamw_new(p, n, &o), &s, swapped);
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/struct_size.h"
 #include "optim/fused.h"
 
 typedef struct sgd_optimizer {
@@ -98,20 +99,15 @@ static const loom_optimizer_vtable sgd_vtable = {
   .free = loom_fused_free,
 };
 
-loom_sgd_options loom_sgd_defaults(void) {
-  loom_sgd_options o = {sizeof(loom_sgd_options), 0.01, 0.0, 0.0, 0.0, false};
-  return o;
+void loom_sgd_options_init(loom_sgd_options *o) {
+  if (!o) return;
+  *o = (loom_sgd_options){sizeof *o, 0.01, 0.0, 0.0, 0.0, false};
 }
 
 loom_optimizer *loom_sgd_new(loom_tensor *const *params, int n, const loom_sgd_options *opt) {
-  loom_sgd_options o = loom_sgd_defaults();
-  if (opt) {
-    if (opt->size < sizeof(uint32_t) || opt->size > sizeof o) {
-      loom_set_error(LOOM_ERR_INVALID_ARG, "sgd: options.size is %u; fill options from loom_sgd_defaults()", opt->size);
-      return NULL;
-    }
-    memcpy(&o, opt, opt->size);
-  }
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
+  if (LOOM_STRUCT_IN("sgd", loom_sgd_options, &o, opt) != LOOM_OK) return NULL;
   /* Written as !(x >= 0) so that NaN is rejected too; infinities as well. */
   if (!(o.lr >= 0 && o.lr < INFINITY) || !(o.momentum >= 0 && o.momentum < INFINITY) ||
       !(o.weight_decay >= 0 && o.weight_decay < INFINITY) || !(o.dampening >= 0 && o.dampening < INFINITY)) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/struct_size.h"
 #include "loom/log.h"
 #include "prof/prof_internal.h"
 
@@ -211,14 +212,7 @@ void loom_profiler_options_init(loom_profiler_options *o) {
 loom_status loom_profiler_start(const loom_profiler_options *user) {
   loom_profiler_options o;
   loom_profiler_options_init(&o);
-  if (user) {
-    if (user->struct_size < sizeof(size_t) || user->struct_size > sizeof o)
-      return loom_set_error(LOOM_ERR_INVALID_ARG,
-                            "loom_profiler_start: options.struct_size is %zu; initialize the options with "
-                            "loom_profiler_options_init",
-                            user->struct_size);
-    memcpy(&o, user, user->struct_size);
-  }
+  LOOM_TRY(LOOM_STRUCT_IN("loom_profiler_start", loom_profiler_options, &o, user));
   if (o.device_timing < LOOM_PROFILER_DEVICE_TIME_AUTO || o.device_timing > LOOM_PROFILER_DEVICE_TIME_OFF)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_profiler_start: device_timing %d is not a loom_profiler_device_timing",
                           (int)o.device_timing);

@@ -79,6 +79,22 @@ def memory_allocated(device="cpu"):
     return memory_stats(device)["allocated_bytes"]["current"]
 
 
+def memory_summary(device="cpu"):
+    """loom's allocator statistics for a device as a readable table."""
+    from ._lib import take_string
+    from .tensor import as_device
+    return take_string(_lib.loom_memory_summary(as_device(device)))
+
+
+def memory_snapshot(device="cpu"):
+    """Every segment and block of loom's allocator for a device, its
+    statistics and its event history (loom_memory_snapshot_json), parsed."""
+    import json
+    from ._lib import take_string
+    from .tensor import as_device
+    return json.loads(take_string(_lib.loom_memory_snapshot_json(as_device(device))))
+
+
 def synchronize(device="cuda"):
     from .tensor import as_device
     from ._lib import check

@@ -31,7 +31,7 @@ KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
 
 
 class _PyCapsuleApi(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("is_valid", C.c_void_p), ("get_pointer", C.c_void_p),
+    _fields_ = [("struct_size", C.c_size_t), ("is_valid", C.c_void_p), ("get_pointer", C.c_void_p),
                 ("err_fetch", C.c_void_p), ("err_restore", C.c_void_p)]
 
 

@@ -2,9 +2,13 @@
 into loom.Error.
 
 Only the public API of include/loom/*.h is used. Options structs are mirrored
-here; each carries a size field, and the mirrors are checked against the
-sizes loom's *_defaults() functions report when the library is loaded, so a
-layout drift fails at import instead of corrupting memory.
+here; each starts with its struct_size, and the mirrors are checked against
+the sizes loom's loom_X_options_init functions write when the library is
+loaded, so a layout drift fails at import instead of corrupting memory.
+
+Memory loom hands to the caller (the text of loom_memory_summary, ...) is
+declared c_void_p, copied into a Python str and given back with loom_free
+(take_string), never with another allocator's free.
 
 ctypes.CDLL releases the GIL around every call, so loom's loader threads can
 call back into Python (callback datasets) while the main thread waits in
@@ -45,42 +49,43 @@ class Device(C.Structure):
 
 
 class SgdOptions(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("lr", C.c_double), ("momentum", C.c_double), ("dampening", C.c_double),
+    _fields_ = [("struct_size", C.c_size_t), ("lr", C.c_double), ("momentum", C.c_double), ("dampening", C.c_double),
                 ("weight_decay", C.c_double), ("nesterov", C.c_bool)]
 
 
 class AdamwOptions(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("lr", C.c_double), ("beta1", C.c_double), ("beta2", C.c_double),
+    _fields_ = [("struct_size", C.c_size_t), ("lr", C.c_double), ("beta1", C.c_double), ("beta2", C.c_double),
                 ("eps", C.c_double), ("weight_decay", C.c_double)]
 
 
 class LrSchedule(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("kind", C.c_int32), ("base_lr", C.c_double), ("warmup_steps", C.c_int64),
+    _fields_ = [("struct_size", C.c_size_t), ("kind", C.c_int32), ("base_lr", C.c_double), ("warmup_steps", C.c_int64),
                 ("step_size", C.c_int64), ("gamma", C.c_double), ("total_steps", C.c_int64), ("min_lr", C.c_double),
                 ("div_factor", C.c_double), ("final_div_factor", C.c_double)]
 
 
 class ScalerOptions(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("init_scale", C.c_double), ("growth_factor", C.c_double),
+    _fields_ = [("struct_size", C.c_size_t), ("init_scale", C.c_double), ("growth_factor", C.c_double),
                 ("backoff_factor", C.c_double), ("growth_interval", C.c_int64), ("min_scale", C.c_double),
                 ("max_scale", C.c_double), ("enabled", C.c_bool)]
 
 
 class ScalerState(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("scale", C.c_double), ("good_steps", C.c_int64), ("steps", C.c_int64),
+    _fields_ = [("struct_size", C.c_size_t), ("scale", C.c_double), ("good_steps", C.c_int64), ("steps", C.c_int64),
                 ("steps_skipped", C.c_int64), ("last_overflow_step", C.c_int64)]
 
 
 class LoaderOptions(C.Structure):
-    _fields_ = [("size", C.c_size_t), ("batch_size", C.c_int64), ("shuffle", C.c_bool), ("seed", C.c_uint64),
+    _fields_ = [("struct_size", C.c_size_t), ("batch_size", C.c_int64), ("shuffle", C.c_bool), ("seed", C.c_uint64),
                 ("drop_last", C.c_bool), ("workers", C.c_int), ("prefetch", C.c_int), ("rank", C.c_int),
                 ("world_size", C.c_int), ("device", Device), ("x_dtype", C.c_int), ("y_dtype", C.c_int),
                 ("crop_padding", C.c_int), ("hflip", C.c_bool), ("scale", C.c_float),
-                ("mean", C.POINTER(C.c_float)), ("std", C.POINTER(C.c_float)), ("norm_channels", C.c_int)]
+                ("mean", C.POINTER(C.c_float)), ("std", C.POINTER(C.c_float)), ("norm_channels", C.c_int),
+                ("channels_last", C.c_bool)]
 
 
 class LoaderStats(C.Structure):
-    _fields_ = [("size", C.c_size_t), ("wait_seconds", C.c_double), ("elapsed_seconds", C.c_double),
+    _fields_ = [("struct_size", C.c_size_t), ("wait_seconds", C.c_double), ("elapsed_seconds", C.c_double),
                 ("wait_fraction", C.c_double), ("batches", C.c_int64), ("samples", C.c_int64),
                 ("batches_produced", C.c_int64), ("samples_per_second", C.c_double)]
 
@@ -90,13 +95,13 @@ DESTROY_FN = C.CFUNCTYPE(None, C.c_void_p)
 
 
 class DatasetCallbacks(C.Structure):
-    _fields_ = [("size", C.c_size_t), ("length", C.c_int64), ("x_dtype", C.c_int), ("x_ndim", C.c_int),
+    _fields_ = [("struct_size", C.c_size_t), ("length", C.c_int64), ("x_dtype", C.c_int), ("x_ndim", C.c_int),
                 ("x_shape", C.c_int64 * 8), ("has_y", C.c_bool), ("y_dtype", C.c_int), ("read", READ_FN),
                 ("destroy", DESTROY_FN), ("user", C.c_void_p), ("thread_safe", C.c_bool)]
 
 
 class TrainState(C.Structure):
-    _fields_ = [("size", C.c_uint32), ("model", P), ("optimizer", P), ("scaler", P), ("loader", P),
+    _fields_ = [("struct_size", C.c_size_t), ("model", P), ("optimizer", P), ("scaler", P), ("loader", P),
                 ("schedule", C.POINTER(LrSchedule)), ("step", C.c_int64)]
 
 
@@ -116,11 +121,12 @@ class MemoryStats(C.Structure):
 I64P = C.POINTER(C.c_int64)
 
 _SIGNATURES = {
-    # status.h
+    # status.h, free.h
     "loom_last_error": (C.c_char_p, []),
     "loom_last_status": (ST, []),
     "loom_clear_error": (None, []),
     "loom_status_name": (C.c_char_p, [ST]),
+    "loom_free": (None, [C.c_void_p]),
     # dtype.h, rng.h
     "loom_dtype_size": (C.c_size_t, [C.c_int]),
     "loom_manual_seed": (None, [C.c_uint64]),
@@ -136,6 +142,8 @@ _SIGNATURES = {
     "loom_stream_native": (P, [P]),
     # alloc.h
     "loom_memory_stats_get": (ST, [Device, C.POINTER(MemoryStats)]),
+    "loom_memory_summary": (C.c_void_p, [Device]),  # loom_free (take_string)
+    "loom_memory_snapshot_json": (C.c_void_p, [Device]),
     "loom_empty_cache": (ST, [Device]),
     # tensor.h
     "loom_scope_begin": (None, []),
@@ -224,8 +232,8 @@ _SIGNATURES = {
     "loom_module_is_training": (C.c_bool, [P]),
     "loom_module_free": (None, [P]),
     # optim.h
-    "loom_sgd_defaults": (SgdOptions, []),
-    "loom_adamw_defaults": (AdamwOptions, []),
+    "loom_sgd_options_init": (None, [C.c_void_p]),
+    "loom_adamw_options_init": (None, [C.c_void_p]),
     "loom_sgd_new": (P, [C.POINTER(P), C.c_int, C.POINTER(SgdOptions)]),
     "loom_adamw_new": (P, [C.POINTER(P), C.c_int, C.POINTER(AdamwOptions)]),
     "loom_optimizer_step": (ST, [P]),
@@ -246,7 +254,7 @@ _SIGNATURES = {
     "loom_module_set_precision": (ST, [P, C.c_int, C.c_bool]),
     "loom_module_get_precision": (C.c_int, [P]),
     "loom_module_refresh_lowp": (ST, [P]),
-    "loom_scaler_defaults": (ScalerOptions, []),
+    "loom_scaler_options_init": (None, [C.c_void_p]),
     "loom_scaler_new": (P, [C.POINTER(ScalerOptions)]),
     "loom_scaler_free": (None, [P]),
     "loom_scaler_scale": (P, [P, P]),
@@ -266,8 +274,8 @@ _SIGNATURES = {
     "loom_dataset_x_info": (ST, [P, C.POINTER(C.c_int), C.POINTER(C.c_int), I64P]),
     "loom_dataset_y_info": (ST, [P, C.POINTER(C.c_bool), C.POINTER(C.c_int)]),
     "loom_dataset_read": (ST, [P, C.c_int64, C.c_void_p, C.c_void_p]),
-    "loom_dataset_free": (None, [P]),
-    "loom_loader_options_default": (LoaderOptions, []),
+    "loom_dataset_release": (None, [P]),
+    "loom_loader_options_init": (None, [C.c_void_p]),
     "loom_loader_new": (P, [P, C.POINTER(LoaderOptions)]),
     "loom_loader_next": (ST, [P, C.POINTER(P), C.POINTER(P)]),
     "loom_loader_next_into": (ST, [P, P, P, I64P]),
@@ -343,17 +351,48 @@ for _name, (_res, _args) in _SIGNATURES.items():
     _fn.restype, _fn.argtypes = _res, _args
 
 
+# Each mirrored options struct and the loom_X_options_init that fills it.
+_INITS = {SgdOptions: lib.loom_sgd_options_init, AdamwOptions: lib.loom_adamw_options_init,
+          ScalerOptions: lib.loom_scaler_options_init, LoaderOptions: lib.loom_loader_options_init}
+
+
 def _check_layouts():
-    pairs = [(lib.loom_sgd_defaults(), SgdOptions), (lib.loom_adamw_defaults(), AdamwOptions),
-             (lib.loom_scaler_defaults(), ScalerOptions), (lib.loom_loader_options_default(), LoaderOptions),
-             (lib.loom_lr_constant(1.0), LrSchedule)]
-    for value, cls in pairs:
-        if value.size != C.sizeof(cls):
+    for cls, init in _INITS.items():
+        buf = (C.c_char * 4096)()  # room for a library newer than the mirror
+        init(buf)
+        lib_size = C.cast(buf, C.POINTER(C.c_size_t))[0]
+        if lib_size != C.sizeof(cls):
             raise ImportError(f"loom: the Python mirror of {cls.__name__} is {C.sizeof(cls)} bytes but this libloom's "
-                              f"is {value.size}: the package and the library are from different versions")
+                              f"is {lib_size}: the package and the library are from different versions")
+    sched = lib.loom_lr_constant(1.0)
+    if sched.struct_size != C.sizeof(LrSchedule):
+        raise ImportError(f"loom: the Python mirror of LrSchedule is {C.sizeof(LrSchedule)} bytes but this libloom's "
+                          f"is {sched.struct_size}: the package and the library are from different versions")
 
 
 _check_layouts()
+
+
+def options(cls):
+    """A mirrored options struct holding loom's defaults (its loom_X_options_init)."""
+    o = cls()
+    _INITS[cls](C.byref(o))
+    return o
+
+
+def sized(cls, **fields):
+    """A struct the caller sizes (statistics, train state): struct_size set."""
+    return cls(struct_size=C.sizeof(cls), **fields)
+
+
+def take_string(ptr):
+    """A char * loom handed over, as a str; the memory goes back through loom_free."""
+    if not ptr:
+        raise last_error()
+    try:
+        return C.string_at(ptr).decode(errors="replace")
+    finally:
+        lib.loom_free(ptr)
 
 
 def last_error():

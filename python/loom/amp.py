@@ -2,7 +2,7 @@
 Module.set_precision)."""
 import ctypes as C
 
-from ._lib import ScalerState, check, check_handle, lib
+from ._lib import ScalerOptions, ScalerState, check, check_handle, lib, options, sized
 from .tensor import Tensor
 
 
@@ -11,7 +11,7 @@ class GradScaler:
 
     def __init__(self, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                  min_scale=1.0, max_scale=16777216.0, enabled=True):
-        o = lib.loom_scaler_defaults()
+        o = options(ScalerOptions)
         o.init_scale, o.growth_factor, o.backoff_factor = init_scale, growth_factor, backoff_factor
         o.growth_interval, o.min_scale, o.max_scale, o.enabled = growth_interval, min_scale, max_scale, enabled
         self._h = check_handle(lib.loom_scaler_new(C.byref(o)))
@@ -48,10 +48,10 @@ class GradScaler:
         return lib.loom_scaler_steps_skipped(self._h)
 
     def state_dict(self):
-        s = ScalerState(size=C.sizeof(ScalerState))
+        s = sized(ScalerState)
         check(lib.loom_scaler_state_save(self._h, C.byref(s)))
-        return {k: getattr(s, k) for k, _ in ScalerState._fields_ if k != "size"}
+        return {k: getattr(s, k) for k, _ in ScalerState._fields_ if k != "struct_size"}
 
     def load_state_dict(self, d):
-        s = ScalerState(size=C.sizeof(ScalerState), **d)
+        s = sized(ScalerState, **d)
         check(lib.loom_scaler_state_restore(self._h, C.byref(s)))

@@ -3,7 +3,8 @@ import ctypes as C
 
 import numpy as np
 
-from ._lib import READ_FN, DESTROY_FN, DatasetCallbacks, LoaderStats, check, check_handle, lib
+from ._lib import (READ_FN, DESTROY_FN, DatasetCallbacks, LoaderOptions, LoaderStats, check, check_handle, lib, options,
+                   sized)
 from .tensor import Tensor, _NUMPY, as_device, as_dtype, float32, int64, uint8
 
 
@@ -17,7 +18,7 @@ class Dataset:
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None
         if h and lib is not None:
-            lib.loom_dataset_free(h)
+            lib.loom_dataset_release(h)
 
     @property
     def handle(self):
@@ -78,8 +79,7 @@ class Dataset:
         def _destroy(user):
             pass
 
-        cb = DatasetCallbacks()
-        cb.size = C.sizeof(DatasetCallbacks)
+        cb = sized(DatasetCallbacks)
         cb.length, cb.x_dtype, cb.x_ndim = length, int(xdt), len(x_shape)
         for k, s in enumerate(x_shape):
             cb.x_shape[k] = s
@@ -108,7 +108,7 @@ class Loader:
     def __init__(self, dataset, batch_size=64, shuffle=False, seed=0, drop_last=False, workers=2, prefetch=2,
                  rank=0, world_size=1, device="cpu", x_dtype=float32, y_dtype=int64, crop_padding=0, hflip=False,
                  scale=1.0, mean=None, std=None):
-        o = lib.loom_loader_options_default()
+        o = options(LoaderOptions)
         o.batch_size, o.shuffle, o.seed, o.drop_last = batch_size, shuffle, seed, drop_last
         o.workers, o.prefetch, o.rank, o.world_size = workers, prefetch, rank, world_size
         o.device, o.x_dtype, o.y_dtype = as_device(device), int(as_dtype(x_dtype)), int(as_dtype(y_dtype))
@@ -174,9 +174,9 @@ class Loader:
         check(lib.loom_loader_seek(self._h, epoch, batch))
 
     def stats(self):
-        s = LoaderStats(size=C.sizeof(LoaderStats))
+        s = sized(LoaderStats)
         check(lib.loom_loader_stats_get(self._h, C.byref(s)))
-        return {k: getattr(s, k) for k, _ in LoaderStats._fields_ if k != "size"}
+        return {k: getattr(s, k) for k, _ in LoaderStats._fields_ if k != "struct_size"}
 
     def reset_stats(self):
         lib.loom_loader_stats_reset(self._h)

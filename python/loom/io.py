@@ -1,7 +1,7 @@
 """safetensors files and training checkpoints (loom/io.h)."""
 import ctypes as C
 
-from ._lib import TrainState, check, check_handle, lib
+from ._lib import TrainState, check, check_handle, lib, sized
 from .tensor import Tensor, _t, as_device
 
 
@@ -66,8 +66,7 @@ def load_file(path, device="cpu"):
 
 
 def _state(model, optimizer, scaler, loader, schedule, step):
-    st = TrainState()
-    st.size = C.sizeof(TrainState)
+    st = sized(TrainState)
     st.model = model.handle
     st.optimizer = optimizer.handle if optimizer is not None else None
     st.scaler = scaler.handle if scaler is not None else None

@@ -1,7 +1,7 @@
 """Optimizers (SGD, AdamW) and learning-rate schedules."""
 import ctypes as C
 
-from ._lib import check, check_handle, lib
+from ._lib import AdamwOptions, SgdOptions, check, check_handle, lib, options
 
 
 class Optimizer:
@@ -52,7 +52,7 @@ def _param_array(params):
 class SGD(Optimizer):
     def __init__(self, params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
         params, arr = _param_array(params)
-        o = lib.loom_sgd_defaults()
+        o = options(SgdOptions)
         o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov = lr, momentum, dampening, weight_decay, nesterov
         super().__init__(lib.loom_sgd_new(arr, len(params), C.byref(o)), params)
 
@@ -60,7 +60,7 @@ class SGD(Optimizer):
 class AdamW(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         params, arr = _param_array(params)
-        o = lib.loom_adamw_defaults()
+        o = options(AdamwOptions)
         o.lr, (o.beta1, o.beta2), o.eps, o.weight_decay = lr, betas, eps, weight_decay
         super().__init__(lib.loom_adamw_new(arr, len(params), C.byref(o)), params)
 

@@ -125,3 +125,17 @@ def test_errors_carry_loom_messages(no_leak):
         loom.load_file("/nonexistent.safetensors")
     with pytest.raises(TypeError, match="no dtype"):
         loom.zeros(2, dtype="float64")
+
+
+def test_memory_summary_and_snapshot_come_back_as_python_objects(no_leak):
+    """Text loom hands over (loom_memory_summary, loom_memory_snapshot_json)
+    arrives as str / dict; the C memory went back through loom_free."""
+    x = loom.zeros(1000)
+    summary = loom.memory_summary("cpu")
+    assert summary.startswith("loom memory summary: cpu")
+    snap = loom.memory_snapshot("cpu")
+    assert snap["device"] == "cpu" and snap["segments"]
+    del x
+    with pytest.raises(loom.Error) as e:
+        loom.memory_summary("cuda:7")
+    assert e.value.status_name == "LOOM_ERR_DEVICE"

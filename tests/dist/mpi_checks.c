@@ -57,7 +57,8 @@ static double now(void) {
 }
 
 static loom_comm *make_comm(double timeout_s) {
-  loom_comm_options o = loom_comm_defaults();
+  loom_comm_options o;
+  loom_comm_options_init(&o);
   o.backend = LOOM_COMM_MPI;
   o.timeout_s = timeout_s;
   loom_comm *c = NULL;
@@ -213,7 +214,8 @@ static loom_optimizer *make_opt(loom_module *m) {
   loom_tensor *ps[16];
   int n = loom_module_num_params(m);
   for (int i = 0; i < n; i++) ps[i] = loom_module_param(m, i);
-  loom_sgd_options o = loom_sgd_defaults();
+  loom_sgd_options o;
+  loom_sgd_options_init(&o);
   o.lr = 0.1;
   o.momentum = 0.9;
   loom_optimizer *opt = loom_sgd_new(ps, n, &o);
@@ -271,7 +273,7 @@ static loom_module *train_ddp(loom_comm *c, int micro, const loom_ddp_options *d
     OK(loom_ddp_sync(d));
     OK(loom_optimizer_step(opt));
   }
-  loom_ddp_stats st = {.size = sizeof st};
+  loom_ddp_stats st = {.struct_size = sizeof st};
   OK(loom_ddp_stats_get(d, &st));
   CHECK(st.steps == STEPS, "ddp stats: %lld synchronizing steps, want %d", (long long)st.steps, STEPS);
   CHECK(st.buckets == (int64_t)STEPS * *n_buckets, "ddp stats: %lld bucket all-reduces", (long long)st.buckets);
@@ -345,7 +347,8 @@ static void scenario_ddp(void) {
       {"small buckets + 2 micro-batches", 2, 2.0 / 1024, 7.0 / 1024, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    loom_ddp_options o = loom_ddp_defaults();
+    loom_ddp_options o;
+    loom_ddp_options_init(&o);
     o.first_bucket_mib = cases[i].first_mib;
     o.bucket_mib = cases[i].mib;
     int nb = 0;
@@ -379,14 +382,15 @@ static void scenario_ddp(void) {
   /* Bucket plan introspection: reverse registration order. */
   {
     loom_module *m = make_model(1, LOOM_PRECISION_FP32);
-    loom_ddp_options o = loom_ddp_defaults();
+    loom_ddp_options o;
+    loom_ddp_options_init(&o);
     o.first_bucket_mib = 2.0 / 1024;
     o.bucket_mib = 7.0 / 1024;
     loom_ddp *d = loom_ddp_new(m, c, &o);
     CHECK(d, "ddp_new");
     int n = loom_module_num_params(m), prev_lo = n;
     for (int b = 0; b < loom_ddp_num_buckets(d); b++) {
-      loom_ddp_bucket_info bi = {.size = sizeof bi};
+      loom_ddp_bucket_info bi = {.struct_size = sizeof bi};
       OK(loom_ddp_bucket_get(d, b, &bi));
       CHECK(bi.last_param <= bi.first_param && bi.first_param == prev_lo - 1, "bucket %d covers %d..%d after %d", b,
             bi.last_param, bi.first_param, prev_lo);
@@ -405,14 +409,15 @@ static void scenario_ddp(void) {
   {
     loom_module *mref = train_reference(LOOM_PRECISION_MIXED_BF16);
     for (int f32 = 0; f32 < 2; f32++) {
-      loom_ddp_options o = loom_ddp_defaults();
+      loom_ddp_options o;
+      loom_ddp_options_init(&o);
       o.reduce_in_fp32 = f32;
       int nb = 0;
       loom_module *m = make_model(1 + (uint64_t)g_rank * 100, LOOM_PRECISION_MIXED_BF16);
       loom_ddp *d = loom_ddp_new(m, c, &o);
       CHECK(d, "ddp_new bf16");
       nb = loom_ddp_num_buckets(d);
-      loom_ddp_bucket_info bi = {.size = sizeof bi};
+      loom_ddp_bucket_info bi = {.struct_size = sizeof bi};
       OK(loom_ddp_bucket_get(d, nb - 1, &bi));
       CHECK(bi.dtype == (f32 ? LOOM_F32 : LOOM_BF16), "bucket dtype %s", loom_dtype_name(bi.dtype));
       loom_optimizer *opt = make_opt(m);
@@ -446,7 +451,8 @@ static void scenario_amp(void) {
     loom_module *m = make_model(1, LOOM_PRECISION_MIXED_FP16);
     loom_ddp *d = loom_ddp_new(m, c, NULL);
     CHECK(d, "ddp_new");
-    loom_scaler_options so = loom_scaler_defaults();
+    loom_scaler_options so;
+    loom_scaler_options_init(&so);
     so.init_scale = 1024;
     loom_grad_scaler *s = loom_scaler_new(&so);
     CHECK(s, "scaler");

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t n = loom_dataset_length(ds);
     for (int64_t i = 0; i < n; i++)
       if (loom_dataset_read(ds, i, x, y) != LOOM_OK) abort();
-    loom_dataset_free(ds);
+    loom_dataset_release(ds);
   } else if (!loom_last_error()[0]) {
     abort();
   }

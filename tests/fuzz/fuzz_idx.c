@@ -29,13 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t bytes = (size_t)n * loom_dtype_size(dt);
     if (bytes) sink ^= ((uint8_t *)out)[bytes - 1];
     (void)sink;
-    loom_idx_free(out);
+    loom_free(out);
   } else if (!loom_last_error()[0]) {
     abort();  /* every failure must say why */
   }
   /* The dataset path validates the pair (here: the same file twice). */
   loom_dataset *ds = loom_dataset_idx_open(path, NULL);
-  loom_dataset_free(ds);
+  loom_dataset_release(ds);
   fuzz_file_close(fd);
   return 0;
 }

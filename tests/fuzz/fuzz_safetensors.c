@@ -20,7 +20,7 @@ static void restore_into_a_model(const char *path) {
   loom_tensor *params[4];
   for (int i = 0; i < 4; i++) params[i] = loom_module_param(m, i);
   loom_optimizer *o = loom_adamw_new(params, 4, NULL);
-  loom_train_state st = {.size = sizeof st, .model = m, .optimizer = o};
+  loom_train_state st = {.struct_size = sizeof st, .model = m, .optimizer = o};
   if (loom_checkpoint_restore(path, &st) != LOOM_OK && !loom_last_error()[0]) abort();
   loom_optimizer_free(o);
   loom_module_free(m);

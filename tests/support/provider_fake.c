@@ -304,7 +304,7 @@ static loom_status f_ev_create(void *ctx, loom_stream *s, void **out) {
   return LOOM_OK;
 }
 
-static void f_ev_destroy(void *ctx, void *ev) {
+static void f_ev_free(void *ctx, void *ev) {
   loom_fake *f = ctx;
   pthread_mutex_lock(&f->mu);
   f->evs[(intptr_t)ev - 1].in_use = 0;
@@ -360,7 +360,7 @@ loom_fake *loom_fake_create(size_t capacity) {
    * usually the device's size each. */
   f->span += FAKE_MAX_RESERVATIONS * (align_up(capacity, FAKE_ALIGN) + 2 * FAKE_ALIGN);
   f->granule = FAKE_ALIGN;
-  loom_provider p = {"fake", f, f_seg_alloc, f_seg_free, f_domain, f_ev_create, f_ev_destroy,
+  loom_provider p = {"fake", f, f_seg_alloc, f_seg_free, f_domain, f_ev_create, f_ev_free,
                      f_ev_record, f_ev_query, f_wait, f_mem_info, 0,
                      f_va_granularity, f_va_reserve, f_va_release, f_va_map, f_va_unmap};
   f->prov = p;
