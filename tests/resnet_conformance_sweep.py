@@ -51,6 +51,52 @@ def cpu():
             f"{info.get('CPU(s)', '?').strip()} CPUs", info.get("Flags", ""))
 
 
+def report(args, isas, runs, results, failures, started, cpu_name, final):
+    """The Markdown table so far (to --out, and to stdout at the end)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "?"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    out = [f"- Date: {datetime.date.today().isoformat()}",
+           f"- Commit: {commit}{' (with uncommitted changes)' if dirty else ''}",
+           f"- CPU: {cpu_name} (lscpu)",
+           f"- Command: `{' '.join([os.path.relpath(sys.argv[0])] + sys.argv[1:])}`",
+           f"- Seeds: {args.seeds}{'' if final else ' (still running)'}; runs: {len(runs)}, "
+           f"{sum(r[2] for r in runs) / max(len(runs), 1):.0f} s each on "
+           f"average (all cases, one at a time), {time.time() - started:.0f} s in all",
+           "",
+           "Worst share of each tolerance over the seeds (1.0 = at the tolerance): forward quantities (logits, loss, "
+           "BatchNorm statistics, eval logits, torchvision's weights in loom) against 1e-5; gradients against max(1e-5, "
+           "8 x PyTorch's own float32 error with every kink on float64's side); the SGD step. Kinks: candidates "
+           "summed over the seeds; loom / PyTorch float32 flipped: how many of them each took the other side of, "
+           "summed; sigma: the farthest from its kink a flip loom took was, in standard deviations of float32's "
+           "forward error (candidates reach 8); fit misses: seeds where the fit did not recover PyTorch float32's "
+           "known flips.",
+           "",
+           "| model | format | ISA | seeds passed | fwd | grads | sgd | kinks | loom flipped | max sigma | "
+           "PyTorch f32 flipped | fit misses |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for model, fmt in CASES.values():
+        for isa in isas:
+            r = results.get((model, fmt, isa))
+            if not r:
+                out.append(f"| {model} | {fmt} | {isa} | 0 | | | | | | | | |")
+                continue
+            out.append(f"| {model} | {fmt} | {isa} | {r['seeds']}/{sum(1 for x in runs if x[0] == isa)} | {r['fwd']:.2f} | "
+                       f"{r['grads']:.2f} | {r['sgd']:.2f} | {r['kinks']} | {r['flips']} | {r['sigma']:.2g} | "
+                       f"{r['f32']} ({r['outside']} outside) | {r['unrecovered']} |")
+    out.append("")
+    out.append(f"Failures: {len(failures)}" + ("" if not failures else ""))
+    for isa, seed, case, why in failures:
+        out.append(f"- isa={isa} seed={seed} {case}: {why}")
+    text = "\n".join(out) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    if final:
+        sys.stdout.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build-dev", help="build directory holding tests/test_resnet_conformance")
@@ -67,8 +113,10 @@ def main():
         if isa not in isas:
             print(f"skipping {isa}: this CPU lacks {' '.join(NEED[isa])}", file=sys.stderr)
     runs = []
-    for isa in isas:
-        for seed in seeds(args.seeds):
+    # Seeds outer, instruction sets inner, the table rewritten after each run:
+    # a sweep cut short still covers every set evenly and leaves its table.
+    for seed in seeds(args.seeds):
+        for isa in isas:
             env = dict(os.environ, LOOM_CPU_ISA=isa, LOOM_CONFORMANCE_SEED=str(seed), LOOM_TEST_PYTHON=args.python)
             t0 = time.time()
             p = subprocess.run([prog, "-j1", "--verbose"], env=env, capture_output=True, text=True)
@@ -98,47 +146,9 @@ def main():
                 if key not in seen and not any(x[:3] == (isa, seed, case) for x in failures):
                     failures.append((isa, seed, case, f"no result line (exit status {p.returncode})"))
             print(f"isa={isa} seed={seed}: {len(seen)}/{len(CASES)} cases passed ({runs[-1][2]:.0f} s)", file=sys.stderr)
+            report(args, isas, runs, results, failures, started, cpu_name, final=False)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    out = [f"- Date: {datetime.date.today().isoformat()}",
-           f"- Commit: {commit}{' (with uncommitted changes)' if dirty else ''}",
-           f"- CPU: {cpu_name} (lscpu)",
-           f"- Command: `{' '.join([os.path.relpath(sys.argv[0])] + sys.argv[1:])}`",
-           f"- Seeds: {args.seeds}; runs: {len(runs)}, {sum(r[2] for r in runs) / max(len(runs), 1):.0f} s each on "
-           f"average (all cases, one at a time), {time.time() - started:.0f} s in all",
-           "",
-           "Worst share of each tolerance over the seeds (1.0 = at the tolerance): forward quantities (logits, loss, "
-           "BatchNorm statistics, eval logits, torchvision's weights in loom) against 1e-5; gradients against max(1e-5, "
-           "8 x PyTorch's own float32 error with every kink on float64's side); the SGD step. Kinks: candidates "
-           "summed over the seeds; loom / PyTorch float32 flipped: how many of them each took the other side of, "
-           "summed; sigma: the farthest from its kink a flip loom took was, in standard deviations of float32's "
-           "forward error (candidates reach 8); fit misses: seeds where the fit did not recover PyTorch float32's "
-           "known flips.",
-           "",
-           "| model | format | ISA | seeds passed | fwd | grads | sgd | kinks | loom flipped | max sigma | "
-           "PyTorch f32 flipped | fit misses |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for model, fmt in CASES.values():
-        for isa in isas:
-            r = results.get((model, fmt, isa))
-            if not r:
-                out.append(f"| {model} | {fmt} | {isa} | 0 | | | | | | | | |")
-                continue
-            out.append(f"| {model} | {fmt} | {isa} | {r['seeds']}/{len(seeds(args.seeds))} | {r['fwd']:.2f} | "
-                       f"{r['grads']:.2f} | {r['sgd']:.2f} | {r['kinks']} | {r['flips']} | {r['sigma']:.2g} | "
-                       f"{r['f32']} ({r['outside']} outside) | {r['unrecovered']} |")
-    out.append("")
-    out.append(f"Failures: {len(failures)}" + ("" if not failures else ""))
-    for isa, seed, case, why in failures:
-        out.append(f"- isa={isa} seed={seed} {case}: {why}")
-    text = "\n".join(out) + "\n"
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    sys.stdout.write(text)
+    report(args, isas, runs, results, failures, started, cpu_name, final=True)
     return 1 if failures else 0
 
 

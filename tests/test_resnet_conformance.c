@@ -186,12 +186,31 @@ static void save(const char *path, int n, char **names, loom_tensor **ts, int nm
   free(names), free(ts);
 }
 
+/* The case's scratch directory (the batches, loom's state and results, the
+ * reference: about 1 GB for ResNet-50), removed after the case whether it
+ * passed or not, unless LOOM_CONFORMANCE_KEEP is set (then its name is
+ * printed, to rerun tests/ref/resnet_conformance.py on it). */
+static char dir[512];
+
+static bool keep(void) {
+  const char *k = getenv("LOOM_CONFORMANCE_KEEP");
+  return k && *k;
+}
+
+static void remove_dir(void) {
+  if (*dir && !keep()) tk_tmpdir_remove(dir);
+  *dir = '\0';
+}
+
+TestSuite(resnet_conformance, .fini = remove_dir);
+
 static void run_case(const conf_case *k) {
   const char *py = torch_python();
   if (!py) cr_skip_test("python3 with torch and torchvision not found");
   const unsigned long long seed = conformance_seed();
-  char dir[512], path[700], full[200];
+  char path[700], full[200];
   tk_tmpdir(dir, sizeof dir, "loom-conformance");
+  if (keep()) fprintf(stderr, "resnet conformance: %s keeps %s\n", k->arch_name, dir);
 
   loom_scope_begin();  /* owns the batches and what is read from the reference */
   loom_manual_seed(seed);
@@ -249,7 +268,7 @@ static void run_case(const conf_case *k) {
                         wd_s};
   snprintf(path, sizeof path, "%s/in.safetensors", dir);
   save(path, n, names, ts, 7, keys, vals);
-  loom_train_state st = {.size = sizeof st, .model = m, .optimizer = opt};
+  loom_train_state st = {.struct_size = sizeof st, .model = m, .optimizer = opt};
   snprintf(path, sizeof path, "%s/optim.safetensors", dir);
   cr_assert_eq(loom_checkpoint_save(path, &st), LOOM_OK, "%s", loom_last_error());
 
@@ -384,10 +403,6 @@ static void run_case(const conf_case *k) {
   loom_module_free(m);
   loom_module_free(m2);
   loom_scope_end();
-  if (getenv("LOOM_CONFORMANCE_KEEP") && *getenv("LOOM_CONFORMANCE_KEEP"))
-    fprintf(stderr, "resnet conformance: %s %s kept %s\n", an, fmt, dir);
-  else
-    tk_tmpdir_remove(dir);
   tk_leak_check();
 }
 
