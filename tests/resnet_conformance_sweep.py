@@ -97,6 +97,46 @@ def report(args, isas, runs, results, failures, started, cpu_name, final):
         sys.stdout.write(text)
 
 
+ROW = re.compile(r"^\| (\S+) \| (\S+) \| (\S+) \| (\d+)/(\d+) \| (\S+) \| (\S+) \| (\S+) \| (\d+) \| (\d+) \| (\S+) \| "
+                 r"(\d+) \((\d+) outside\) \| (\d+) \|$")
+
+
+def merge(paths, out_path):
+    """One table from several: per row, passed and runs summed, the worst shares and sigma the largest, the
+    counts summed; the sources' header lines and failures kept."""
+    rows, order, heads, fails = {}, [], [], []
+    for path in paths:
+        with open(path) as f:
+            lines = f.read().splitlines()
+        heads.append(f"- {os.path.basename(path)}: " + "; ".join(x[2:] for x in lines if x.startswith("- ") and
+                                                                  not x.startswith("- isa=")))
+        fails += [x for x in lines if x.startswith("- isa=")]
+        for line in lines:
+            m = ROW.match(line)
+            if not m:
+                continue
+            key, v = m.groups()[:3], m.groups()[3:]
+            if key not in rows:
+                order.append(key)
+                rows[key] = [0, 0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0, 0, 0]
+            r = rows[key]
+            for i, (kind, x) in enumerate(zip("ssmmmssmsss", v)):
+                r[i] = max(r[i], float(x)) if kind == "m" else r[i] + int(x)
+    text = "\n".join(["Merged from:"] + heads + ["", "| model | format | ISA | seeds passed | fwd | grads | sgd | kinks | "
+                                                  "loom flipped | max sigma | PyTorch f32 flipped | fit misses |",
+                                                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"])
+    for key in order:
+        r = rows[key]
+        text += (f"\n| {' | '.join(key)} | {r[0]}/{r[1]} | {r[2]:.2f} | {r[3]:.2f} | {r[4]:.2f} | {r[5]} | {r[6]} | "
+                 f"{r[7]:.2g} | {r[8]} ({r[9]} outside) | {r[10]} |")
+    text += f"\n\nFailures: {len(fails)}\n" + "".join(x + "\n" for x in fails)
+    if out_path:
+        with open(out_path, "w") as f:
+            f.write(text)
+    sys.stdout.write(text)
+    return 1 if fails else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build-dev", help="build directory holding tests/test_resnet_conformance")
@@ -104,7 +144,12 @@ def main():
     ap.add_argument("--isa", default="avx512,avx2,scalar")
     ap.add_argument("--python", default=os.environ.get("LOOM_TEST_PYTHON", "/usr/bin/python3"))
     ap.add_argument("--out", help="write the Markdown table here (else stdout)")
+    ap.add_argument("--merge", nargs="+", metavar="TABLE",
+                    help="instead of running: combine the tables of sweeps run side by side (e.g. two halves of the "
+                         "seeds, one per core) into one, to --out")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
     prog = os.path.join(args.build, "tests", "test_resnet_conformance")
     cpu_name, flags = cpu()
     results, failures, started = {}, [], time.time()
