@@ -52,10 +52,11 @@
  *  - the well-conditioned quantities (logits, loss, BatchNorm statistics,
  *    eval logits, torchvision's weights in loom) within TOL_FWD = 1e-5 of
  *    float64 (they agree to ~1e-6); the SGD step within TOL_SGD.
- * With that, seeds 1-10 x {avx512, avx2, scalar} x all six cases are run by
- * tests/resnet_conformance_sweep.py; its table (the worst share of each
- * tolerance per model and instruction set) is in
- * bench/results/resnet-conformance-sweep-2026-11-25.md.
+ * With that, seeds 1, 2, 3, 8, 9, 10 x {avx512, avx2, scalar} (and seed 4
+ * under avx512) x all six cases passed (tests/resnet_conformance_sweep.py;
+ * 10 seeds did not fit the time on the shared machine), the worst shares of
+ * the tolerances 0.54 (forward), 0.44 (gradients), 0.48 (SGD step); the
+ * table is in bench/results/resnet-conformance-sweep-2026-11-25.md.
  *
  * The gradient and optimizer checks still catch small bugs (each seen
  * failing once, seed 2023, avx512): BatchNorm's running variance updated
