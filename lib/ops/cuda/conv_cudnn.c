@@ -73,6 +73,7 @@ loom_status loom_cuda_conv_mem_free(loom_device dev, size_t *free_bytes) {
 #include <cudnn.h>
 
 #include "alloc/alloc.h"
+#include "core/teardown.h"
 #include "loom/log.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -404,6 +405,27 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
   *out = p;
   return LOOM_OK;
 }
+
+/* loom_shutdown: plans (with the descriptors they were built from), then the
+ * handles; both are made again at the next convolution. */
+static loom_status cudnn_teardown(void) {
+  pthread_mutex_lock(&g_lock);
+  while (g_plans) {
+    conv_plan *p = g_plans;
+    g_plans = p->next;
+    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    for (int i = p->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->keep[i]);
+    free(p);
+  }
+  for (int i = 0; i < MAX_DEV; i++)
+    if (g_handle[i]) {
+      if (loom_cuda_set_device(i) == LOOM_OK) cudnnDestroy(g_handle[i]);
+      g_handle[i] = NULL;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_OPS, cudnn_teardown)
 
 /* ---- running a plan -------------------------------------------------------------------- */
 typedef struct dnn_call {
