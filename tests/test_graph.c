@@ -293,6 +293,42 @@ Test(graph_cuda, captured_op_replays_on_new_inputs) {
   tk_leak_check();
 }
 
+/* A cuDNN convolution (conv+ReLU, f16, NHWC) inside a capture: its plan is
+ * built by an eager call first (plan building is host work), the captured
+ * execution replays on new inputs (copied into the static x) and equals an
+ * eager call on the same x (issue 22: graph capture of a cuDNN convolution). */
+Test(graph_cuda, captured_cudnn_convolution_replays) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  loom_scope_begin();
+  int64_t sx[4] = {4, 8, 12, 12}, sw[4] = {16, 8, 3, 3};
+  loom_tensor *x = loom_to_memory_format(loom_randn(4, sx, LOOM_F16, dev), LOOM_FORMAT_NHWC);
+  loom_tensor *w = loom_randn(4, sw, LOOM_F16, dev);
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
+  o.padding[0] = o.padding[1] = 1;
+  o.act = LOOM_ACT_RELU;
+  cr_assert_not_null(loom_conv2d(x, w, NULL, &o), "warm-up: %s", loom_last_error());
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *y = loom_conv2d(x, w, NULL, &o);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_not_null(y, "%s", loom_last_error());
+  for (int r = 0; r < 3; r++) {
+    cr_assert_eq(loom_copy_(x, loom_randn(4, sx, LOOM_F16, dev)), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+    loom_tensor *want = loom_conv2d(x, w, NULL, &o);
+    double *a = tk_read(y), *b = tk_read(want);
+    int64_t n = loom_tensor_numel(y);
+    for (int64_t i = 0; i < n; i++)
+      cr_assert(fabs(a[i] - b[i]) <= 1e-3 + 1e-3 * fabs(b[i]), "replay %d, y[%lld]: %g, eager %g", r, (long long)i, a[i], b[i]);
+    free(a), free(b);
+  }
+  loom_graph_free(g);
+  loom_scope_end();
+  tk_leak_check();
+}
+
 /* ---- a whole training step, graph vs eager (GPU) ---------------------------- */
 
 enum { RUN_STEPS = 50, WARMUP = 3, BATCH = 16, IN = 20 };
