@@ -13,11 +13,17 @@ set -eu
 src="$1"; work="$2"
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
+# Hiding needs a private mount namespace and an overlay mount (root, and a
+# kernel/container that allow them): tried on a scratch directory first.
 hide=""
-if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+p="$work/.overlay-probe"
+mkdir -p "$p/lower" "$p/upper" "$p/work" "$p/mnt"
+if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private sh -c \
+     "mount -t overlay overlay -o lowerdir=$p/lower,upperdir=$p/upper,workdir=$p/work $p/mnt" 2>/dev/null; then
   hide="--no-hide"
-  echo "note: no private mount namespace here (not root): the rehearsal runs with the system's packages visible"
+  echo "note: no private mount namespace with overlays here: the rehearsal runs with the system's packages visible"
 fi
+rm -rf "$p"
 # shellcheck disable=SC2086
 "$src/scripts/gpu-rehearsal.sh" --work "$work" $hide || fail "gpu-rehearsal.sh (see $work/rehearsal.md, $work/out/logs.txt)"
 tsv="$work/out/steps.tsv"
