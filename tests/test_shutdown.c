@@ -24,7 +24,9 @@
 #endif
 #endif
 #ifdef HEAP_ASAN
-#include <sanitizer/allocator_interface.h>
+/* Declared here: GCC ships no sanitizer/allocator_interface.h (clang does),
+ * but both runtimes export the call. */
+size_t __sanitizer_get_current_allocated_bytes(void);
 static size_t heap_bytes(void) { return __sanitizer_get_current_allocated_bytes(); }
 #else
 static size_t heap_bytes(void) {
