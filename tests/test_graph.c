@@ -158,8 +158,10 @@ Test(graph, a_block_made_while_capturing_outlives_its_graph) {
   free(v);
   loom_tensor *again = loom_add(kept, x);  /* an eager op reading it */
   double sum = 0;
-  cr_assert_eq(loom_item(loom_sum_all(again), &sum), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *total = loom_sum_all(again);
+  cr_assert_eq(loom_item(total, &sum), LOOM_OK, "%s", loom_last_error());
   cr_assert_float_eq(sum, 4.5 * 4096, 0);
+  loom_tensor_release(total);
   loom_tensor_release(again);
   loom_tensor_release(kept);
   cr_assert_eq(loom_alloc_private_count(), before, "its last block freed, the retired pool is gone");
