@@ -1,38 +1,45 @@
 #!/bin/sh
-# check-gpu-suite.sh SOURCE_DIR WORK_DIR — the GPU session's two commands,
-# run here (issue 10): scripts/bundle-offline.sh makes the bundle, then
-# scripts/gpu-suite.sh --deps BUNDLE --out OUT runs end to end with it (a
-# fresh configure + build against the bundle's Criterion and zlib). Without
-# a GPU every CUDA step must be reported as skipped with the reason, nothing
-# may fail, and --out must satisfy the device tool's limits on returned files
-# (at most 8, each under 16 MiB, at most two folders deep, names of letters,
-# digits, '.', '_' and '-').
+# check-gpu-suite.sh SOURCE_DIR WORK_DIR — the GPU session, rehearsed here
+# (issues 10 and 22; ctest gpu_suite_cpu): scripts/gpu-rehearsal.sh makes the
+# offline bundle, hides the Debian packages the GPU node lacks (a private
+# mount namespace, when this runs as root) and runs scripts/gpu-suite.sh
+# --deps BUNDLE end to end (a fresh configure + build against the bundle);
+# it checks that every dependency came from the bundle, that every CUDA step
+# was skipped for want of a GPU, nothing failed, and that the time plan
+# holds. Here, on top: --out satisfies the device tool's limits on returned
+# files (at most 8, each under 16 MiB, at most two folders deep, names of
+# letters, digits, '.', '_' and '-').
 set -eu
 src="$1"; work="$2"
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
-"$src/scripts/bundle-offline.sh" "$work/deps" || fail "bundle-offline.sh"
-rc=0
-"$src/scripts/gpu-suite.sh" --deps "$work/deps" --out "$work/out" --build "$work/build" --commit test-run >"$work/suite.log" 2>&1 || rc=$?
-tail -45 "$work/suite.log"
+# Hiding needs a private mount namespace and an overlay mount (root, and a
+# kernel/container that allow them): tried on a scratch directory first.
+hide=""
+p="$work/.overlay-probe"
+mkdir -p "$p/lower" "$p/upper" "$p/work" "$p/mnt"
+if [ "$(id -u)" != 0 ] || ! unshare -m --propagation private sh -c \
+     "mount -t overlay overlay -o lowerdir=$p/lower,upperdir=$p/upper,workdir=$p/work $p/mnt" 2>/dev/null; then
+  hide="--no-hide"
+  echo "note: no private mount namespace with overlays here: the rehearsal runs with the system's packages visible"
+fi
+rm -rf "$p"
+# shellcheck disable=SC2086
+"$src/scripts/gpu-rehearsal.sh" --work "$work" $hide || fail "gpu-rehearsal.sh (see $work/rehearsal.md, $work/out/logs.txt)"
 tsv="$work/out/steps.tsv"
-[ -s "$work/out/report.md" ] && [ -s "$tsv" ] && [ -f "$work/out/logs.txt" ] || fail "report.md, steps.tsv or logs.txt missing"
 status() { awk -F'\t' -v n="$1" '$1 == n { print $2 }' "$tsv"; }
-for s in facts configure build bundle_criterion; do
+for s in facts configure build deps bundle_criterion; do
   [ "$(status $s)" = pass ] || fail "step $s: $(status $s) (see $work/out/logs.txt)"
 done
 if nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
   echo "note: a GPU is present: the CUDA steps ran (this check is meant for machines without one)"
 else
-  [ "$rc" -eq 0 ] || fail "gpu-suite.sh exited $rc without a GPU"
   gpu_steps=$(awk -F'\t' '$4 ~ /^no GPU/' "$tsv" | wc -l)
   [ "$gpu_steps" -ge 20 ] || fail "only $gpu_steps steps were skipped for want of a GPU"
-  awk -F'\t' '$2 == "fail"' "$tsv" | grep . && fail "a step failed"
-  awk -F'\t' '$1 ~ /^(ctest_cuda|mnist_|memcheck_|linear_cuda_|mlp_|op_overhead)/ && $2 != "skip"' "$tsv" | grep . &&
-    fail "a CUDA step was not skipped"
   grep -q "no GPU" "$work/out/report.md" || fail "the report does not say why the CUDA steps were skipped"
 fi
-grep -q "commit: \`test-run\`" "$work/out/report.md" || fail "the report does not name the commit"
+grep -q "commit: \`rehearsal\`" "$work/out/report.md" || fail "the report does not name the commit"
+grep -q "^## Dependencies" "$work/out/report.md" || fail "the report does not list the dependencies"
 n=$(find "$work/out" -type f | wc -l)
 [ "$n" -le 8 ] || fail "$n files under --out (the device tool returns 8)"
 find "$work/out" -type f -size +16M | grep . && fail "a file over 16 MiB"

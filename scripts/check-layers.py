@@ -29,7 +29,7 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 # Public headers: the layer whose code they declare. loom.h (the umbrella)
 # is for users only; no file under lib/ or include/ may include it.
 PUBLIC = {
-    "export.h": "core", "status.h": "core", "free.h": "core", "dtype.h": "core", "log.h": "core", "rng.h": "core",
+    "export.h": "core", "status.h": "core", "free.h": "core", "shutdown.h": "core", "dtype.h": "core", "log.h": "core", "rng.h": "core",
     "device.h": "device", "prof.h": "prof", "alloc.h": "alloc", "graph.h": "graph",
     "tensor.h": "tensor", "ops.h": "ops", "autograd.h": "autograd", "amp.h": "amp",
     "nn.h": "nn", "optim.h": "optim", "batch.h": "optim", "data.h": "data",

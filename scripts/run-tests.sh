@@ -3,11 +3,12 @@
 #   1. an AddressSanitizer + UBSan build (CPU), ctest;
 #   2. the data and loader tests under ThreadSanitizer (in-process, see
 #      tests/support/criterion_or_tsan.h);
-#   3. a -Werror build (CUDA code included when nvcc is installed), ctest —
+#   3. a clang build (-Werror, CPU) and its unit tests;
+#   4. a -Werror build (CUDA code included when nvcc is installed), ctest —
 #      last, so the final summary is the whole suite's; it includes the
 #      Python package's pytest suite, run in a venv (system site packages +
 #      safetensors and ./python from pip).
-#   4. observability: TensorBoard reads loom-mnist's event file, the metrics
+#   5. observability: TensorBoard reads loom-mnist's event file, the metrics
 #      plot is a real PNG (scripts/check-observability.sh).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
@@ -28,6 +29,16 @@ cmake -S "$ROOT" -B "$OUT/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=
   -DLOOM_SANITIZE=thread -DLOOM_BUILD_BENCH=OFF -DLOOM_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$OUT/tsan" -j"$JOBS" --target test_data test_loader
 (cd "$OUT/tsan" && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_(data|loader)$")
+
+echo "== clang (-Wall -Wextra -Werror, CPU only): the warning-free build is not one compiler's accident"
+# (GCC 12 is the reference; the GPU node's GCC 13 may warn where it does not,
+# which scripts/gpu-suite.sh reports there without failing.) The unit tests
+# run too, without the instruction-set repeats, the trainers and the PyTorch
+# conformance run (minutes; the other builds run them).
+CC=clang cmake -S "$ROOT" -B "$OUT/clang" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
+  -DLOOM_BUILD_BENCH=OFF >/dev/null
+cmake --build "$OUT/clang" -j"$JOBS"
+(cd "$OUT/clang" && ctest --output-on-failure -j"$JOBS" -R '^test_' -E '_(avx512|avx2|scalar)$|^test_resnet_conformance$')
 
 echo "== Python venv: Debian's numpy/torch/pytest, safetensors from PyPI (the package is installed after the build)"
 VENV="$OUT/venv"

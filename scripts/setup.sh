@@ -6,6 +6,8 @@ set -euo pipefail
 LOOM_APT_PACKAGES=(build-essential cmake pkg-config zlib1g-dev libopenblas-dev libopenblas-openmp-dev
                    libcriterion-dev libomp-dev dataset-fashion-mnist
                    libjansson-dev libdlpack-dev python3-venv python3-pip python3-pytest python3-numpy python3-torch python3-matplotlib)
+# scripts/run-tests.sh builds with clang too (-Werror).
+LOOM_APT_PACKAGES+=(clang)
 # tests/test_resnet_conformance.c compares the ResNets with torchvision's.
 LOOM_APT_PACKAGES+=(python3-torchvision)
 # lib/dist's MPI back end and its multi-process tests (tests/dist).

@@ -415,6 +415,33 @@ CUDA_TEST(cuda_alloc, cuda_async_backend_serves_tensors) {
   free(b);
 }
 
+/* The real CUDA provider (issue 22: empty_cache and the OOM retry were only
+ * tested on fake providers): freed tensors stay cached (reserved > 0), and
+ * loom_empty_cache returns every segment with no live block to the driver
+ * (cudaFree), reserved back to 0; a request larger than the device's memory
+ * fails with LOOM_ERR_OOM after the retry (which empties the cache), and
+ * the device is usable afterwards. */
+CUDA_TEST(cuda_alloc, empty_cache_and_oom_retry_with_the_real_provider) {
+  loom_memory_stats st = {.struct_size = sizeof st};
+  loom_scope_begin();
+  int64_t s[1] = {16 << 20};  /* 64 MiB of f32 each */
+  for (int i = 0; i < 4; i++) cr_assert_not_null(loom_zeros(1, s, LOOM_F32, gpu()), "%s", loom_last_error());
+  loom_scope_end();
+  cr_assert_eq(loom_device_synchronize(gpu()), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_memory_stats_get(gpu(), &st), LOOM_OK);
+  cr_assert_eq(st.allocated_bytes[LOOM_MEM_ALL].current, 0, "tensors still allocated");
+  cr_assert_geq(st.reserved_bytes[LOOM_MEM_ALL].current, (int64_t)256 << 20, "the freed blocks were not cached");
+  cr_assert_eq(loom_empty_cache(gpu()), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_memory_stats_get(gpu(), &st), LOOM_OK);
+  cr_assert_eq(st.reserved_bytes[LOOM_MEM_ALL].current, 0, "empty_cache kept %lld bytes",
+               (long long)st.reserved_bytes[LOOM_MEM_ALL].current);
+  loom_scope_begin();
+  int64_t huge[1] = {(int64_t)1 << 40};  /* 4 TiB of f32: more than any GPU has */
+  tk_assert_fails(loom_zeros(1, huge, LOOM_F32, gpu()), LOOM_ERR_OOM, "cuda:0");
+  cr_assert_not_null(loom_zeros(1, s, LOOM_F32, gpu()), "after the OOM: %s", loom_last_error());
+  loom_scope_end();
+}
+
 CUDA_TEST(cuda_alloc, pinned_host_blocks_are_page_locked_and_reused) {
 #ifdef LOOM_HAVE_CUDA
   void *p = NULL, *q = NULL;

@@ -614,6 +614,39 @@ Test(dist_nccl_cuda, one_rank_ddp_trains) {
   tk_leak_check();
 }
 
+/* loom_dist_run with --gpus 1: one replica on its own thread, an NCCL
+ * communicator from ncclCommInitAll over one GPU (issue 22: the path the
+ * trainers' --gpus takes, never run). The worker's all-reduce is the
+ * identity and it runs on cuda:0. */
+static loom_status gpus1_worker(loom_comm *c, void *user) {
+  int *calls = user;
+  (*calls)++;
+  if (loom_comm_size(c) != 1 || loom_comm_rank(c) != 0 || loom_comm_get_backend(c) != LOOM_COMM_NCCL)
+    return loom_set_error(LOOM_ERR_STATE, "gpus1 worker: size %d rank %d", loom_comm_size(c), loom_comm_rank(c));
+  loom_scope_begin();
+  loom_tensor *t = loom_full(1, (int64_t[]){1000}, 2.5, LOOM_F32, loom_cuda(0));
+  loom_status st = t ? loom_comm_all_reduce(c, t, LOOM_REDUCE_SUM) : loom_last_status();
+  if (st == LOOM_OK) st = loom_comm_synchronize(c);
+  double v = 0;
+  if (st == LOOM_OK) st = loom_item(loom_sum_all(t), &v);
+  loom_scope_end();
+  if (st == LOOM_OK && v != 2500.0) st = loom_set_error(LOOM_ERR_STATE, "gpus1 worker: sum %g, want 2500", v);
+  return st;
+}
+
+Test(dist_nccl_cuda, dist_run_with_one_gpu) {
+  tk_require_device(loom_cuda(0));
+  if (!loom_dist_have_nccl()) cr_skip_test("built without NCCL");
+  loom_dist_run_options ro;
+  loom_dist_run_options_init(&ro);
+  ro.gpus = 1;
+  ro.comm.device = loom_cuda(0);
+  int calls = 0;
+  cr_assert_eq(loom_dist_run(&ro, gpus1_worker, &calls), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(calls, 1, "the worker ran %d times", calls);
+  tk_leak_check();
+}
+
 Test(dist_nccl_cuda, two_ranks_on_one_gpu_refused) {
   tk_require_device(loom_cuda(0));
   if (!loom_dist_have_nccl()) cr_skip_test("built without NCCL");

@@ -138,6 +138,105 @@ Test(graph, record_stream_on_memory_allocated_during_capture) {
   tk_leak_check();
 }
 
+/* A tensor made while capturing and kept by the caller (like an optimizer's
+ * state or a kernel table made inside a captured step) outlives the graph:
+ * loom_graph_free keeps the pool's segments until that last block is freed
+ * (ASan: reading it after the graph is freed must not touch freed memory). */
+Test(graph, a_block_made_while_capturing_outlives_its_graph) {
+  int64_t s[1] = {4096};
+  loom_tensor *x = loom_full(1, s, 1.5, LOOM_F32, loom_cpu());
+  int before = loom_alloc_private_count();
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *kept = loom_mul_scalar(x, 2.0);  /* no scope: the caller owns it */
+  cr_assert_not_null(kept, "%s", loom_last_error());
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  cr_assert_eq(loom_alloc_private_count(), before + 1, "the pool stays while a block of it is allocated");
+  double *v = tk_read(kept);
+  for (int i = 0; i < 4096; i++) cr_assert_float_eq(v[i], 3.0, 0, "element %d: %g", i, v[i]);
+  free(v);
+  loom_tensor *again = loom_add(kept, x);  /* an eager op reading it */
+  double sum = 0;
+  loom_tensor *total = loom_sum_all(again);
+  cr_assert_eq(loom_item(total, &sum), LOOM_OK, "%s", loom_last_error());
+  cr_assert_float_eq(sum, 4.5 * 4096, 0);
+  loom_tensor_release(total);
+  loom_tensor_release(again);
+  loom_tensor_release(kept);
+  cr_assert_eq(loom_alloc_private_count(), before, "its last block freed, the retired pool is gone");
+  /* A graph whose blocks were all freed gives its pool back at once. */
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK);
+  loom_tensor_release(loom_mul_scalar(x, 2.0));
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  cr_assert_eq(loom_alloc_private_count(), before);
+  loom_tensor_release(x);
+  tk_leak_check();
+}
+
+static int64_t reserved(loom_device d) {
+  loom_memory_stats st = {.struct_size = sizeof st};
+  cr_assert_eq(loom_memory_stats_get(d, &st), LOOM_OK);
+  return st.reserved_bytes[0].current;
+}
+
+/* While a capture is open on a device, its pools give nothing back (on a GPU
+ * that would be cudaFree or an unmap's device synchronization, illegal in a
+ * captured stream): loom_empty_cache is refused, and an allocation that
+ * would need the OOM retry's release of cached segments fails instead,
+ * saying so — in the graph's private pool and in the device's own pool
+ * (reached by runtime state made outside the capture's pool). After the
+ * capture the same calls succeed. */
+Test(graph, no_memory_is_given_back_while_capturing) {
+  const size_t MiB = (size_t)1 << 20;
+  cr_assert_eq(loom_alloc_configure("limit:14MiB"), LOOM_OK, "%s", loom_last_error());
+  void *a = NULL, *b = NULL;
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), MiB, NULL, &a), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(loom_cpu(), a);  /* a cached 2 MiB segment in the device pool */
+  int64_t cached = reserved(loom_cpu());
+  cr_assert_eq(cached, (int64_t)(2 * MiB));
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  tk_assert_error(loom_empty_cache(loom_cpu()), LOOM_ERR_STATE, "empty_cache during a graph capture",
+                  "loom_graph_capture_begin");
+  cr_assert_eq(reserved(loom_cpu()), cached, "nothing was given back");
+  /* The device's own pool: 13 MiB needs the cached 2 MiB segment freed first. */
+  tk_assert_error(loom_alloc_malloc_uncaptured(loom_cpu(), 13 * MiB, NULL, &b), LOOM_ERR_OOM,
+                  "a graph capture is open on this device");
+  cr_assert_eq(reserved(loom_cpu()), cached);
+  /* The private pool: the same with its own cached segment. */
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), MiB, NULL, &a), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(loom_cpu(), a);
+  cr_assert_eq(loom_graph_pool_reserved(g), (int64_t)(2 * MiB));
+  tk_assert_error(loom_alloc_malloc(loom_cpu(), 13 * MiB, NULL, &b), LOOM_ERR_OOM, "a graph capture is open");
+  cr_assert_eq(loom_graph_pool_reserved(g), (int64_t)(2 * MiB), "the private pool kept its segment too");
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  /* After the capture: the retry frees the cached segment and succeeds. */
+  cr_assert_eq(loom_alloc_malloc(loom_cpu(), 13 * MiB, NULL, &b), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(loom_cpu(), b);
+  cr_assert_eq(loom_empty_cache(loom_cpu()), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  tk_leak_check();
+}
+
+/* Runtime state that outlives any one graph (the cuBLASLt workspace) is
+ * allocated outside the capture's pool. */
+Test(graph, uncaptured_allocations_skip_the_private_pool) {
+  loom_graph *g = NULL;
+  void *w = NULL;
+  int64_t r0 = reserved(loom_cpu());
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_alloc_malloc_uncaptured(loom_cpu(), 4096, NULL, &w), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_graph_pool_reserved(g), 0, "nothing went to the graph's pool");
+  cr_assert_gt(reserved(loom_cpu()), r0, "the device's own pool served it");
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  loom_graph_free(g);
+  loom_alloc_free(loom_cpu(), w);  /* after the graph: the device pool still owns it */
+  tk_assert_error(loom_alloc_malloc_uncaptured((loom_device){LOOM_CPU, -1}, 16, NULL, &w), LOOM_ERR_DEVICE, "pinned");
+  tk_leak_check();
+}
+
 /* The MLP training step (forward, backward, AdamW) makes no host wait and no
  * pinned allocation: it can be captured whole. */
 Test(graph, an_mlp_adamw_step_is_capture_safe) {
@@ -193,6 +292,42 @@ Test(graph_cuda, captured_op_replays_on_new_inputs) {
   loom_tensor_release(y);
   loom_graph_free(g);
   loom_tensor_release(x);
+  tk_leak_check();
+}
+
+/* A cuDNN convolution (conv+ReLU, f16, NHWC) inside a capture: its plan is
+ * built by an eager call first (plan building is host work), the captured
+ * execution replays on new inputs (copied into the static x) and equals an
+ * eager call on the same x (issue 22: graph capture of a cuDNN convolution). */
+Test(graph_cuda, captured_cudnn_convolution_replays) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  loom_scope_begin();
+  int64_t sx[4] = {4, 8, 12, 12}, sw[4] = {16, 8, 3, 3};
+  loom_tensor *x = loom_to_memory_format(loom_randn(4, sx, LOOM_F16, dev), LOOM_FORMAT_NHWC);
+  loom_tensor *w = loom_randn(4, sw, LOOM_F16, dev);
+  loom_conv2d_options o;
+  loom_conv2d_options_init(&o);
+  o.padding[0] = o.padding[1] = 1;
+  o.act = LOOM_ACT_RELU;
+  cr_assert_not_null(loom_conv2d(x, w, NULL, &o), "warm-up: %s", loom_last_error());
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *y = loom_conv2d(x, w, NULL, &o);
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_not_null(y, "%s", loom_last_error());
+  for (int r = 0; r < 3; r++) {
+    cr_assert_eq(loom_copy_(x, loom_randn(4, sx, LOOM_F16, dev)), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+    loom_tensor *want = loom_conv2d(x, w, NULL, &o);
+    double *a = tk_read(y), *b = tk_read(want);
+    int64_t n = loom_tensor_numel(y);
+    for (int64_t i = 0; i < n; i++)
+      cr_assert(fabs(a[i] - b[i]) <= 1e-3 + 1e-3 * fabs(b[i]), "replay %d, y[%lld]: %g, eager %g", r, (long long)i, a[i], b[i]);
+    free(a), free(b);
+  }
+  loom_graph_free(g);
+  loom_scope_end();
   tk_leak_check();
 }
 

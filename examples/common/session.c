@@ -35,6 +35,11 @@ int session_run(const char *prog, const char *device_arg, loom_device dev, int g
     ro.comm.device.index = -1;
   loom_status st = loom_dist_run(&ro, fn, user);
   if (st != LOOM_OK && st != LOOM_ERR_STATE) return say_failed(prog, "data parallel");
+  /* Give back every cache (allocator segments, CUDA/cuDNN handles, streams),
+   * so a leak checker over a trainer run (LSan, compute-sanitizer
+   * --leak-check full) sees only real leaks. After a good run nothing may
+   * still be allocated: LOOM_ERR_STATE here means a tensor was not released. */
+  if (loom_shutdown() != LOOM_OK && st == LOOM_OK) return say_failed(prog, "shutdown");
   if (loom_dist_finalize() != LOOM_OK && st == LOOM_OK) return say_failed(prog, "finalizing MPI");
   return st == LOOM_OK ? 0 : 1;
 }

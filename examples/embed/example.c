@@ -24,5 +24,5 @@ int main(void) {
   }
   loom_optimizer_free(opt);
   loom_module_free(mlp);
-  return 0;
+  return loom_shutdown() == LOOM_OK ? 0 : 1;   /* every cache given back (optional; for leak checkers) */
 }

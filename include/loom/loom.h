@@ -9,6 +9,7 @@
 #include "export.h"
 #include "status.h"
 #include "free.h"
+#include "shutdown.h"
 #include "log.h"
 #include "dtype.h"
 #include "rng.h"

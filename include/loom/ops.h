@@ -208,6 +208,26 @@ LOOM_API loom_status loom_count_correct(loom_tensor *logits, loom_tensor *labels
 LOOM_API void loom_set_allow_tf32(bool allow);
 LOOM_API bool loom_get_allow_tf32(void);
 
+/* ---- deterministic mode -------------------------------------------------- */
+/* Bit-identical results from run to run on the same GPU, library versions
+ * and settings (PyTorch's torch.use_deterministic_algorithms). On, the
+ * cuDNN convolutions use only engines cuDNN does not mark
+ * non-deterministic (CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: those that sum
+ * partial results with atomics, typically in backward-data and
+ * backward-filter), and where none is left, loom's own GEMM path; a
+ * cached plan chosen in the other mode is not reused. Everything else is
+ * deterministic in both modes: loom's CPU kernels and its own CUDA kernels
+ * use no floating-point atomics, and cuBLAS/cuBLASLt give the same bits at
+ * every run on the same GPU (architecture and SM count) and library
+ * version, per NVIDIA's cuBLAS documentation.
+ * Off by default (cuDNN may then pick a faster non-deterministic engine).
+ * Process-wide; change it between calls. Same as env LOOM_DETERMINISTIC=1
+ * (or 0; also on/off, true/false), read at first use; any other value
+ * makes every op fail with an error naming it until this call replaces
+ * it. */
+LOOM_API void loom_set_deterministic(bool on);
+LOOM_API bool loom_get_deterministic(void);
+
 /* ---- CPU threading ------------------------------------------------------- */
 /* Threads used by CPU kernels (0 = all cores). */
 LOOM_API void loom_set_num_threads(int n);

@@ -23,6 +23,7 @@
 #include "alloc/allocator.h"
 #include "core/capture.h"
 #include "core/struct_size.h"
+#include "core/teardown.h"
 #include "device/device_internal.h"
 
 #define SLOT_CPU 0
@@ -37,6 +38,7 @@ typedef struct slot {
 } slot;
 
 static slot g_slots[NSLOTS];
+static atomic_int g_captures[NSLOTS];  /* graph captures open per slot (pool.h: loom_pool_config.captures) */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init = 0;
 static loom_alloc_options g_opts;
@@ -153,6 +155,7 @@ static loom_status create_locked(int slot) {
     cfg.history = o->history;
     cfg.poison = prov->host_accessible;
     cfg.expandable = o->expandable_segments && slot != SLOT_PINNED;
+    cfg.captures = &g_captures[slot];
     if (slot != SLOT_PINNED) {
       loom_device dev = slot == SLOT_CPU ? loom_cpu() : loom_cuda(slot - SLOT_CUDA0);
       cfg.arena_stream = loom_stream_current(dev);
@@ -261,7 +264,12 @@ loom_status loom_alloc_capture_config(loom_device dev, int *slot, const loom_pro
   if (!*prov) return no_provider(*slot);
   loom_pool_config_init(cfg, name);
   cfg->poison = (*prov)->host_accessible;
+  cfg->captures = &g_captures[*slot];
   return resolve_limit(*slot, *prov, slot_opts(*slot), &cfg->limit);
+}
+
+void loom_alloc_capture_count(int slot, int delta) {
+  if (slot >= 0 && slot < NSLOTS) atomic_fetch_add(&g_captures[slot], delta);
 }
 
 /* ---- allocation ------------------------------------------------------------ */
@@ -284,6 +292,21 @@ loom_status loom_alloc_malloc(loom_device dev, size_t nbytes, loom_stream *strea
   loom_allocator *a;
   LOOM_TRY(get_alloc(slot, &a));
   return a->ops->malloc(a, nbytes, stream, out);
+}
+
+loom_status loom_alloc_malloc_uncaptured(loom_device dev, size_t nbytes, loom_stream *stream, void **out) {
+  if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_malloc_uncaptured: out is NULL");
+  *out = NULL;
+  if (dev.kind == LOOM_CPU && dev.index == -1)
+    return loom_set_error(LOOM_ERR_DEVICE, "loom_alloc_malloc_uncaptured: not for pinned memory");
+  int slot;
+  if (!slot_of(dev, &slot)) return loom_last_status();
+  if (!stream) stream = loom_stream_current(dev);
+  if (!stream) return loom_last_status();
+  loom_allocator *a;
+  LOOM_TRY(get_alloc(slot, &a));
+  loom_allocator *own = loom_allocator_router_own(a);
+  return own->ops->malloc(own, nbytes, stream, out);
 }
 
 static loom_status free_in_slot(int slot, void *ptr) {
@@ -401,3 +424,32 @@ loom_status loom_empty_cache(loom_device dev) {
   if (!existing(dev, &a, &slot)) return loom_last_status();
   return a ? a->ops->empty_cache(a) : LOOM_OK;
 }
+
+/* ---- loom_shutdown ------------------------------------------------------------ */
+
+/* Every slot's allocator is destroyed, returning all its segments (cached or
+ * not) to the provider; the next allocation makes a new one with the same
+ * options. Blocks still allocated are freed too and reported (the first
+ * slot that had some names them). The allocation trace is closed. */
+static loom_status alloc_teardown(void) {
+  loom_status st = LOOM_OK;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < NSLOTS; i++) {
+    loom_allocator *a = atomic_exchange(&g_slots[i].alloc, NULL);
+    if (!a) continue;
+    loom_memory_stats ms = {.struct_size = sizeof ms};
+    a->ops->stats(a, &ms);
+    if (ms.allocations[0].current > 0 && st == LOOM_OK) {
+      char name[32];
+      loom_alloc_slot_name(i, name, sizeof name);
+      st = loom_set_error(LOOM_ERR_STATE, "%s: %lld bytes in %lld blocks were still allocated (a tensor or other "
+                          "handle not released before loom_shutdown; it is invalid now)", name,
+                          (long long)ms.allocated_bytes[0].current, (long long)ms.allocations[0].current);
+    }
+    a->ops->destroy(a);
+  }
+  pthread_mutex_unlock(&g_lock);
+  loom_alloc_trace_stop();
+  return st;
+}
+LOOM_TEARDOWN(LOOM_LAYER_ALLOC, alloc_teardown)

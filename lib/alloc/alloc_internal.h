@@ -20,6 +20,9 @@ void loom_alloc_slot_name(int slot, char *buf, int n);
  * when it is backend:cuda_async), its provider, and a pool configuration
  * named "<device>:graph" under the device's limit. */
 loom_status loom_alloc_capture_config(loom_device dev, int *slot, const loom_provider **prov, loom_pool_config *cfg);
+/* A graph capture opens (+1) or closes (-1) on slot: the pools of the slot
+ * (its own and the private ones) give nothing back while any is open. */
+void loom_alloc_capture_count(int slot, int delta);
 
 /* ---- allocation trace (alloc_trace.c) ---------------------------------------- */
 /* The hooks a device pool of slot calls; they write only while tracing. */

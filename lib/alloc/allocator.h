@@ -64,5 +64,7 @@ loom_status loom_allocator_async_create(int index, const char *name, size_t limi
 /* The capture router of a device slot (any small integer naming the
  * device) over its own back end inner. */
 loom_status loom_allocator_router_create(int slot, loom_allocator *inner, loom_allocator **out);
+/* The device's own back end behind a router (never a private pool). */
+loom_allocator *loom_allocator_router_own(loom_allocator *router);
 
 #endif

@@ -18,6 +18,7 @@
 #include "alloc/alloc.h"
 #include "alloc/alloc_internal.h"
 #include "alloc/allocator.h"
+#include "core/teardown.h"
 
 #define MAX_PRIVATE 64
 static _Thread_local loom_allocator *tl_private;  /* this thread's allocations on tl_private_slot go here */
@@ -25,6 +26,7 @@ static _Thread_local int tl_private_slot;
 static pthread_mutex_t g_private_lock = PTHREAD_MUTEX_INITIALIZER;
 static loom_allocator *g_private[MAX_PRIVATE];
 static int g_private_slot[MAX_PRIVATE];
+static int g_private_retired[MAX_PRIVATE];  /* its graph is freed; the pool goes with its last block */
 static atomic_int g_nprivate;  /* lets the pointer operations skip the lock when there are none */
 
 /* ---- private pools ------------------------------------------------------------ */
@@ -44,36 +46,63 @@ loom_status loom_alloc_private_begin(loom_device dev, loom_allocator **out) {
   if (n == MAX_PRIVATE) {
     pthread_mutex_unlock(&g_private_lock);
     p->ops->destroy(p);
-    return loom_set_error(LOOM_ERR_STATE, "graph capture: %d graphs alive already; free some (loom_graph_free)",
-                          MAX_PRIVATE);
+    return loom_set_error(LOOM_ERR_STATE, "graph capture: %d graphs (or tensors made while capturing them) alive "
+                          "already; free some (loom_graph_free, loom_tensor_release)", MAX_PRIVATE);
   }
   g_private[n] = p;
   g_private_slot[n] = slot;
+  g_private_retired[n] = 0;
   atomic_store(&g_nprivate, n + 1);
   pthread_mutex_unlock(&g_private_lock);
+  loom_alloc_capture_count(slot, 1);
   tl_private = p;
   tl_private_slot = slot;
   *out = p;
   return LOOM_OK;
 }
 
-void loom_alloc_private_end(void) { tl_private = NULL; }
+void loom_alloc_private_end(void) {
+  if (tl_private) loom_alloc_capture_count(tl_private_slot, -1);
+  tl_private = NULL;
+}
+
+static int64_t live_blocks(loom_allocator *p) {
+  loom_memory_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  p->ops->stats(p, &st);
+  return st.allocations[LOOM_MEM_ALL].current;
+}
+
+/* Under g_private_lock: take entry i out of the registry and destroy it. */
+static void drop_locked(int i) {
+  int n = atomic_load(&g_nprivate);
+  loom_allocator *p = g_private[i];
+  g_private[i] = g_private[n - 1];
+  g_private_slot[i] = g_private_slot[n - 1];
+  g_private_retired[i] = g_private_retired[n - 1];
+  atomic_store(&g_nprivate, n - 1);
+  p->ops->destroy(p);
+}
 
 void loom_alloc_private_destroy(loom_allocator *p) {
   if (!p) return;
-  if (tl_private == p) tl_private = NULL;
+  if (tl_private == p) loom_alloc_private_end();
   pthread_mutex_lock(&g_private_lock);
   int n = atomic_load(&g_nprivate);
   for (int i = 0; i < n; i++)
     if (g_private[i] == p) {
-      g_private[i] = g_private[n - 1];
-      g_private_slot[i] = g_private_slot[n - 1];
-      atomic_store(&g_nprivate, n - 1);
+      /* Blocks made while capturing may outlive the graph (an optimizer's
+       * state, a kernel table, a tensor the caller kept): their segments
+       * stay until the last of them is freed (on_private). */
+      if (live_blocks(p) > 0) g_private_retired[i] = 1;
+      else drop_locked(i);
       break;
     }
   pthread_mutex_unlock(&g_private_lock);
-  p->ops->destroy(p);
 }
+
+int loom_alloc_private_count(void) { return atomic_load(&g_nprivate); }
 
 int64_t loom_alloc_private_reserved(loom_allocator *p) {
   if (!p) return 0;
@@ -84,6 +113,17 @@ int64_t loom_alloc_private_reserved(loom_allocator *p) {
   return st.reserved_bytes[0].current;
 }
 
+/* loom_shutdown: the private pools of graphs never freed go too (their
+ * graphs are invalid afterwards). */
+static loom_status private_teardown(void) {
+  loom_alloc_private_end();
+  pthread_mutex_lock(&g_private_lock);
+  while (atomic_load(&g_nprivate) > 0) drop_locked(0);
+  pthread_mutex_unlock(&g_private_lock);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_ALLOC, private_teardown)
+
 /* ---- the router --------------------------------------------------------------- */
 
 typedef struct router {
@@ -93,6 +133,7 @@ typedef struct router {
 } router;
 
 static loom_allocator *own_of(loom_allocator *a) { return ((router *)a)->own; }
+loom_allocator *loom_allocator_router_own(loom_allocator *a) { return own_of(a); }
 
 enum { OP_FREE, OP_RECORD, OP_OWNS };
 
@@ -102,11 +143,17 @@ static int on_private(int slot, void *ptr, int op, loom_stream *s, loom_status *
   if (atomic_load_explicit(&g_nprivate, memory_order_acquire) == 0) return 0;
   pthread_mutex_lock(&g_private_lock);
   loom_allocator *owner = NULL;
+  int at = -1;
   for (int i = 0; i < atomic_load(&g_nprivate) && !owner; i++)
-    if (g_private_slot[i] == slot && g_private[i]->ops->owns(g_private[i], ptr)) owner = g_private[i];
-  if (owner && op == OP_FREE) *st = owner->ops->free(owner, ptr);
-  else if (owner && op == OP_RECORD) *st = owner->ops->record_stream(owner, ptr, s);
-  else if (owner) *st = LOOM_OK;
+    if (g_private_slot[i] == slot && g_private[i]->ops->owns(g_private[i], ptr)) owner = g_private[i], at = i;
+  if (owner && op == OP_FREE) {
+    *st = owner->ops->free(owner, ptr);
+    if (g_private_retired[at] && live_blocks(owner) == 0) drop_locked(at);  /* its graph is gone: so is the pool */
+  } else if (owner && op == OP_RECORD) {
+    *st = owner->ops->record_stream(owner, ptr, s);
+  } else if (owner) {
+    *st = LOOM_OK;
+  }
   pthread_mutex_unlock(&g_private_lock);
   return owner != NULL;
 }

@@ -58,15 +58,20 @@ static loom_status oom_fail(loom_pool *p, size_t n, size_t size, size_t seg_size
       if (b->state == LOOM_BLOCK_FREE && b->size > largest) largest = b->size;
   char req[32], al[32], rs[32], lim[32], fre[32], tt[32], lg[32], un[32], sp[32], sg[32];
   int64_t unalloc = p->st.reserved_bytes[0].current - p->st.active_bytes[0].current;
-  char how[384];
+  char how[800];
+  const char *capturing = loom_pool_may_give_back(p) ? "" : " (a graph capture is open on this device: cached "
+                          "segments are not given back while it lasts, cudaFree being illegal inside a capture; "
+                          "allocate what the captured step needs before capturing, or call loom_empty_cache "
+                          "before loom_graph_capture_begin)";
   if (p->cfg.expandable)
-    snprintf(how, sizeof how, "growing an expandable segment by %s failed: %s", fmt_bytes(sg, sizeof sg, seg_size),
-             p->provider_msg);
+    snprintf(how, sizeof how, "growing an expandable segment by %s failed: %s%s", fmt_bytes(sg, sizeof sg, seg_size),
+             p->provider_msg, capturing);
   else if (p->arena)
     snprintf(how, sizeof how, "the pool was preallocated (preallocate:%g, one arena of %s) and does not grow",
              p->cfg.preallocate, fmt_bytes(sg, sizeof sg, p->arena->size));
   else
-    snprintf(how, sizeof how, "a new %s segment failed: %s", fmt_bytes(sg, sizeof sg, seg_size), p->provider_msg);
+    snprintf(how, sizeof how, "a new %s segment failed: %s%s", fmt_bytes(sg, sizeof sg, seg_size), p->provider_msg,
+             capturing);
   loom_set_error(
       LOOM_ERR_OOM,
       "%s: out of memory allocating %s (%zu bytes, rounded to %zu) on stream %p; %s. "
@@ -91,6 +96,7 @@ static loom_status grow_expandable(loom_pool *p, int kind, size_t n, size_t size
   loom_pool_garbage_collect(p, need);
   loom_status st = loom_pool_exp_grow(p, kind, s, size, out);
   if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
+  if (!loom_pool_may_give_back(p)) return oom_fail(p, n, size, need, s);
   if (loom_pool_exp_unmap_all(p, kind, NULL) > 0) {
     p->st.num_alloc_retries++;
     st = loom_pool_exp_grow(p, kind, s, size, out);
@@ -138,6 +144,7 @@ static loom_status take_block(loom_pool *p, size_t n, size_t size, loom_stream *
   loom_pool_garbage_collect(p, seg);
   loom_status st = loom_pool_seg_new(p, kind, seg, s, out);
   if (st == LOOM_OK || st != LOOM_ERR_OOM) return st;
+  if (!loom_pool_may_give_back(p)) return oom_fail(p, n, size, seg, s);
   /* Retry 1: free the one cached segment that fits best. */
   if (loom_pool_release_fitting(p, kind, seg)) {
     p->st.num_alloc_retries++;
@@ -288,6 +295,10 @@ loom_status loom_pool_record_stream(loom_pool *p, void *ptr, loom_stream *s) {
 }
 
 loom_status loom_pool_empty_cache(loom_pool *p) {
+  if (!loom_pool_may_give_back(p))
+    return loom_set_error(LOOM_ERR_STATE, "%s: empty_cache during a graph capture on this device: segments cannot be "
+                          "given back while a stream is captured (cudaFree is illegal there); call it before "
+                          "loom_graph_capture_begin or after loom_graph_capture_end", p->cfg.name);
   loom_status st = LOOM_OK;
   pthread_mutex_lock(&p->mu);
   loom_pool_process_events_locked(p);

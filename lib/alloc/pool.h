@@ -41,6 +41,7 @@
 #ifndef LOOM_ALLOC_POOL_H
 #define LOOM_ALLOC_POOL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "loom/alloc.h"
@@ -79,6 +80,13 @@ typedef struct loom_pool_config {
   int poison;                 /* ASan-poison free blocks (host memory only) */
   int expandable;             /* expandable segments (needs the provider's va_* calls): 1, or 2 compact */
   loom_pool_trace trace;
+  /* Graph captures open on this pool's device (NULL: never). While it is
+   * above 0 the pool gives nothing back to the provider — no garbage
+   * collection, no freeing or unmapping of cached segments before an OOM,
+   * no compaction, and empty_cache is refused — because cudaFree and the
+   * unmap's device synchronization are illegal while a stream is captured
+   * (and would invalidate the capture). */
+  const atomic_int *captures;
 } loom_pool_config;
 
 void loom_pool_config_init(loom_pool_config *c, const char *name);

@@ -89,6 +89,7 @@ static int by_tick(const void *a, const void *b) {
  * inside `keep` (the free block the growth merges with). Ranges stay
  * reserved here even when emptied (the caller may hold a block of one). */
 static void reclaim(loom_pool *p, loom_stream *s, size_t need, const block *keep) {
+  if (!loom_pool_may_give_back(p)) return;  /* no unmapping while a graph is captured */
   int n = 0;
   for (int pass = 0; pass < 2; pass++) {
     block **arr = NULL;

@@ -202,6 +202,11 @@ int loom_pool_release_all(loom_pool *p, loom_status *st);
 int loom_pool_release_fitting(loom_pool *p, int kind, size_t n);
 /* Over the threshold, give back the least recently freed unused segments. */
 void loom_pool_garbage_collect(loom_pool *p, size_t need);
+/* May the pool give memory back to the provider now? Not while a graph
+ * capture is open on its device (pool.h, loom_pool_config.captures). */
+static inline int loom_pool_may_give_back(const loom_pool *p) {
+  return !p->cfg.captures || atomic_load_explicit(p->cfg.captures, memory_order_acquire) == 0;
+}
 /* Insert free block b into the index, merged with free neighbours; returns
  * the merged block. */
 block *loom_pool_merge_insert(loom_pool *p, block *b);

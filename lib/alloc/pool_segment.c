@@ -231,7 +231,7 @@ static int collect_unmappable(loom_pool *p, block **arr) {
 }
 
 void loom_pool_garbage_collect(loom_pool *p, size_t need) {
-  if (p->cfg.gc_threshold <= 0) return;
+  if (p->cfg.gc_threshold <= 0 || !loom_pool_may_give_back(p)) return;  /* deferred past the capture */
   size_t cap = p->cfg.limit, fr = 0, tot = 0;
   if (!cap && p->prov->mem_info(p->prov->ctx, &fr, &tot) == LOOM_OK) cap = tot;
   double target = p->cfg.gc_threshold * (double)cap;

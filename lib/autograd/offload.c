@@ -20,6 +20,7 @@
 
 #include "alloc/alloc.h"
 #include "autograd/node.h"
+#include "core/teardown.h"
 #include "device/device_internal.h"
 #include "loom/autograd.h"
 #include "tensor/tensor_internal.h"
@@ -39,6 +40,18 @@ static loom_stream *copy_stream(loom_device dev) {
   pthread_mutex_unlock(&g_copy_mu);
   return s;
 }
+
+/* loom_shutdown: the copy streams go (made again at the next offload). */
+static loom_status copy_streams_teardown(void) {
+  pthread_mutex_lock(&g_copy_mu);
+  for (int i = 0; i < LOOM_MAX_LOGICAL_GPUS; i++) {
+    loom_stream_free(g_copy[i]);
+    g_copy[i] = NULL;
+  }
+  pthread_mutex_unlock(&g_copy_mu);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_AUTOGRAD, copy_streams_teardown)
 
 /* `after` waits (GPU-side) for the work queued on `before` so far. */
 static loom_status order(loom_stream *before, loom_stream *after, loom_device dev) {

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "core/teardown.h"
 #include "device/device_internal.h"
 
 typedef struct slots {
@@ -81,4 +82,25 @@ loom_status loom_deferred_check(loom_device dev) {
                         "cross_entropy; GPU-side checks are reported at the next call that waits for the GPU)",
                         label, row, classes, dev.index);
 }
+
+/* loom_shutdown: free the word and the record of every device (made again
+ * at the next launch that needs them). A report still pending is dropped. */
+static loom_status deferred_teardown(void) {
+  pthread_mutex_lock(&g_slots_lock);
+  for (int i = 0; i < LOOM_MAX_LOGICAL_GPUS; i++) {
+    slots *s = &g_slots[i];
+    if (!s->ready) continue;
+    if (loom_cuda_set_device(i) == LOOM_OK) {
+      cudaFree(s->bad_row);
+      cudaFreeHost(s->host);
+    }
+    (void)cudaGetLastError();
+    s->bad_row = NULL;
+    s->host = s->dev_view = NULL;
+    __atomic_store_n(&s->ready, 0, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&g_slots_lock);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_DEVICE, deferred_teardown)
 #endif

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/teardown.h"
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
 
@@ -43,6 +44,44 @@ loom_stream *loom_stream_current(loom_device dev) {
   pthread_mutex_unlock(&g_stream_lock);
   return s;
 }
+
+/* loom_shutdown, first: every GPU loom made a compute stream on finishes
+ * what was queued (an error there is reported, the teardown goes on). */
+static loom_status streams_quiesce(void) {
+  loom_status st = LOOM_OK;
+#ifdef LOOM_HAVE_CUDA
+  for (int i = 0; i < LOOM_MAX_CUDA_DEVICES; i++) {
+    if (!g_cuda_stream_init[i] || !g_cuda_streams[i].native) continue;
+    loom_sync_count(LOOM_SYNC_DEVICE);
+    loom_status s = loom_cuda_set_device(i);
+    if (s == LOOM_OK) {
+      cudaError_t e = cudaDeviceSynchronize();
+      if (e != cudaSuccess) s = loom_cuda_error(e, "cudaDeviceSynchronize (loom_shutdown)", __FILE__, __LINE__);
+    }
+    if (s != LOOM_OK && st == LOOM_OK) st = s;
+  }
+#endif
+  return st;
+}
+LOOM_QUIESCE(LOOM_LAYER_DEVICE, streams_quiesce)
+
+/* loom_shutdown, last: the compute streams are destroyed; the next
+ * loom_stream_current makes a new one. */
+static loom_status streams_teardown(void) {
+  pthread_mutex_lock(&g_stream_lock);
+  for (int i = 0; i < LOOM_MAX_CUDA_DEVICES; i++) {
+    if (!g_cuda_stream_init[i]) continue;
+#ifdef LOOM_HAVE_CUDA
+    if (g_cuda_streams[i].native && loom_cuda_set_device(i) == LOOM_OK)
+      cudaStreamDestroy((cudaStream_t)g_cuda_streams[i].native);
+#endif
+    g_cuda_streams[i].native = NULL;
+    g_cuda_stream_init[i] = 0;
+  }
+  pthread_mutex_unlock(&g_stream_lock);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_DEVICE, streams_teardown)
 
 loom_status loom_stream_create(loom_device dev, loom_stream **out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_stream_create: out is NULL");

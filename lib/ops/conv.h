@@ -70,12 +70,17 @@ loom_status loom_cuda_conv2d_backward(loom_op_args *a);
  * cuDNN graph) onto its fallback: the plain convolution, then loom's bias
  * and ReLU kernels. Flip between calls. */
 void loom_cuda_conv_force_unfused(bool on);
+/* Tests: every plain pass (forward, backward-data, backward-filter) on
+ * loom's im2col + GEMM path (conv_gemm_cuda.c), as if cuDNN had no engine
+ * for it. Flip between calls. */
+void loom_cuda_conv_force_gemm(bool on);
 typedef struct loom_cuda_conv_stats {
   int64_t plans_built;    /* cuDNN plans built (cache misses) */
   int64_t plan_hits;      /* plans found in the cache */
   int64_t unsupported;    /* graphs no engine supports (remembered) */
   int64_t fused_runs;     /* forwards with bias/ReLU done inside the cuDNN graph */
   int64_t fallback_runs;  /* forwards with bias/ReLU done by loom's kernels */
+  int64_t gemm_runs;      /* passes cuDNN had no engine for, run on the im2col + GEMM path */
 } loom_cuda_conv_stats;
 void loom_cuda_conv_stats_get(loom_cuda_conv_stats *out);
 /* cudaMemGetInfo's free bytes on dev (to see allocations outside loom's allocator). */

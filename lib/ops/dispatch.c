@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "core/capture.h"
+#include "ops/deterministic.h"
 #include "ops/flops.h"
 #include "ops/op.h"
 #include "ops/record.h"
@@ -48,6 +49,7 @@ static loom_status kernel_for(const loom_op_def *d, loom_device dev, loom_kernel
 static loom_status run(loom_op_id id, loom_op_args *a, bool record) {
   const loom_op_def *d = loom_op_get(id);
   if (!d || !d->infer) return loom_set_error(LOOM_ERR_INTERNAL, "op %d is not runnable", (int)id);
+  LOOM_TRY(loom_deterministic_check());  /* a bad LOOM_DETERMINISTIC fails every op */
   for (int k = 0; k < LOOM_OP_MAX_OUT; k++) a->out[k] = NULL;
   a->n_out = 0;
   if (a->n_in < d->n_in) a->n_in = d->n_in;
@@ -91,6 +93,7 @@ static loom_status run_named(loom_op_id id, loom_op_args *a, bool record) {
 static loom_status run_into(loom_op_id id, loom_op_args *a) {
   const loom_op_def *d = loom_op_get(id);
   if (!d) return loom_set_error(LOOM_ERR_INTERNAL, "op %d is not runnable", (int)id);
+  LOOM_TRY(loom_deterministic_check());
   for (int k = 0; k < d->n_in; k++)
     if (!a->in[k]) return loom_set_error(LOOM_ERR_NULL_INPUT, "%s: input %d is NULL", d->name, k);
   loom_device dev = a->in[0]->storage->device;

@@ -430,6 +430,29 @@ loom_status loom_prof_dev_finish(uint32_t gen, prof_slice **out, size_t *nout, i
   return LOOM_OK;
 }
 
+void loom_prof_dev_release(void) {
+  pthread_mutex_lock(&g_tl_mu);
+  for (int i = 0; i < MAX_TL; i++) {
+    timeline *tl = &g_tl[i];
+    if (!atomic_load(&tl->ready)) continue;
+#ifdef LOOM_HAVE_CUDA
+    if (tl->real) {
+      if (loom_cuda_set_device(tl->dev.index) == LOOM_OK)
+        for (int k = 0; k < tl->nev; k++)
+          if (tl->ev[k].native) cudaEventDestroy((cudaEvent_t)tl->ev[k].native);
+      (void)cudaGetLastError();
+    }
+#endif
+    free(tl->ev);
+    free(tl->freel);
+    free(tl->pairs);
+    free(tl->sl);
+    pthread_mutex_destroy(&tl->mu);
+    memset(tl, 0, sizeof *tl);  /* ready = 0: rebuilt at the next timed range */
+  }
+  pthread_mutex_unlock(&g_tl_mu);
+}
+
 const char *loom_prof_dev_stream_name(int track, int s) {
   for (int i = 0; i < MAX_TL; i++) {
     timeline *tl = &g_tl[i];

@@ -104,6 +104,9 @@ int32_t loom_prof_dev_begin(loom_device dev, loom_stream *stream, const char *na
 void loom_prof_dev_end(int16_t tl, int32_t handle, uint32_t gen);
 /* New session: forget pending pairs and slices. */
 void loom_prof_dev_reset(void);
+/* loom_shutdown (after the recording stopped): destroy every timeline's
+ * events and forget the timelines; the next timed range rebuilds them. */
+void loom_prof_dev_release(void);
 /* Stop: wait (host side) for the last event of each device, resolve every
  * pair of generation gen; returns the slices (malloc'd) and how many pairs
  * were dropped. */

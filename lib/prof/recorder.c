@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/struct_size.h"
+#include "core/teardown.h"
 #include "loom/log.h"
 #include "prof/prof_internal.h"
 
@@ -425,6 +426,45 @@ const char *loom_prof_intern(const char *s) {
   pthread_mutex_unlock(&g_intern_mu);
   return r;
 }
+
+/* ---- loom_shutdown ------------------------------------------------------------------ */
+
+/* A running recording is stopped (its trace written, as loom_profiler_stop
+ * would); the kept session and the event buffers are freed: the buffers of
+ * exited threads whole, those of live threads down to their small header
+ * (their threads still point at it). Interned names stay (bounded, and a
+ * range still open on this thread may point at one). */
+static loom_status recorder_teardown(void) {
+  pthread_mutex_lock(&g_mu);
+  int running = g_running;
+  pthread_mutex_unlock(&g_mu);
+  loom_status st = running ? loom_profiler_stop() : LOOM_OK;
+  pthread_mutex_lock(&g_mu);
+  g_env_profile = 0;
+  session_clear();
+  pthread_mutex_lock(&g_threads_mu);
+  for (tbuf **pp = &g_threads; *pp;) {
+    tbuf *b = *pp;
+    pthread_mutex_lock(&b->mu);
+    int dead = !b->alive;
+    free(b->ev);
+    b->ev = NULL;
+    b->n = b->cap = 0;
+    pthread_mutex_unlock(&b->mu);
+    if (dead) {
+      *pp = b->next;
+      pthread_mutex_destroy(&b->mu);
+      free(b);
+    } else {
+      pp = &b->next;
+    }
+  }
+  pthread_mutex_unlock(&g_threads_mu);
+  pthread_mutex_unlock(&g_mu);
+  loom_prof_dev_release();
+  return st;
+}
+LOOM_TEARDOWN(LOOM_LAYER_PROF, recorder_teardown)
 
 /* ---- LOOM_PROFILE and LOOM_NVTX ----------------------------------------------------- */
 

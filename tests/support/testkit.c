@@ -38,6 +38,12 @@ void tk_leak_check(void) {
 void tk_leak_check(void) {}
 #endif
 
+void tk_teardown(void) {
+  loom_status st = loom_shutdown();
+  cr_assert_eq(st, LOOM_OK, "loom_shutdown at the end of the test: %s", loom_last_error());
+  tk_leak_check();
+}
+
 /* ---- random data ---------------------------------------------------------- */
 static uint64_t g_state = 0x9E3779B97F4A7C15ull;
 

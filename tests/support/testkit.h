@@ -29,6 +29,11 @@ void tk_require_device(loom_device dev);
  * after the test has reported, so LSan's exit-time report alone would not
  * fail anything: every test calls this at its end (DEVICE_TEST does). */
 void tk_leak_check(void);
+/* The end of a test: loom_shutdown (which must succeed: memory still
+ * allocated means the test leaked a tensor or handle), then tk_leak_check,
+ * so a leak checker sees only what the test itself leaked, never loom's
+ * caches. DEVICE_TEST ends with it. */
+void tk_teardown(void);
 
 /* ---- files ------------------------------------------------------------- */
 /* A fresh directory $TMPDIR/PREFIX-XXXXXX (/tmp without TMPDIR) into dir
@@ -44,14 +49,14 @@ void tk_tmpdir_remove(const char *dir);
     loom_scope_begin();                                                       \
     suite##_##name##_body(loom_cpu());                                        \
     loom_scope_end();                                                         \
-    tk_leak_check();                                                          \
+    tk_teardown();                                                            \
   }                                                                           \
   Test(suite##_cuda, name, ##__VA_ARGS__) {                                   \
     tk_require_device(loom_cuda(0));                                          \
     loom_scope_begin();                                                       \
     suite##_##name##_body(loom_cuda(0));                                      \
     loom_scope_end();                                                         \
-    tk_leak_check();                                                          \
+    tk_teardown();                                                            \
   }                                                                           \
   static void suite##_##name##_body(loom_device dev)
 

@@ -11,6 +11,7 @@
  * checks half.h against F16C bit for bit), several times faster than the
  * portable bit manipulation. */
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 /* F16C where the CPU has it and the kernels' instruction set is AVX2 or
@@ -18,8 +19,10 @@
 static int has_f16c(void) {
   static int cached = -1;
   if (cached < 0) {
-    __builtin_cpu_init();
-    cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    /* CPUID leaf 1 rather than __builtin_cpu_supports("f16c"), which clang
+     * before 15 does not know (the clang build in CI). */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    cached = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && (c & bit_AVX);
   }
   return cached && loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2;
 }

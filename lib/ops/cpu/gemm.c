@@ -141,6 +141,7 @@ static bool auto_prefers_builtin(void) {
   return loom_cpu_isa_best() >= LOOM_CPU_ISA_AVX2;
 }
 
+#ifdef LOOM_HAVE_CBLAS /* (only the OpenBLAS build has a policy to decide: unused without it) */
 static void decide_policy(void) {
   if (atomic_load(&g_policy_set)) return;
   const char *env = getenv("LOOM_CPU_GEMM");
@@ -150,6 +151,7 @@ static void decide_policy(void) {
   if (!env || !atomic_load(&g_policy_set)) loom_cpu_gemm_set_policy("auto");
   loom_log_msg(LOOM_LOG_INFO, "CPU GEMM: %s", loom_cpu_gemm_impl());
 }
+#endif
 
 int loom_cpu_gemm_set_policy(const char *name) {
   bool builtin;

@@ -16,9 +16,17 @@
  * kept for the life of the process, looked up under a lock. Building tries
  * the heuristics' engine configs in order (mode A, then the fallback list)
  * until one finalizes; for f32 without TF32 permission (loom_set_allow_tf32)
- * engines that use tensor cores or down-convert inputs are skipped. A graph
- * no engine supports is remembered as such (the fused forward then takes the
- * fallback below; a plain pass reports LOOM_ERR_UNSUPPORTED).
+ * engines that use tensor cores or down-convert inputs are skipped, and in
+ * deterministic mode (loom_set_deterministic) engines cuDNN marks
+ * non-deterministic. The engine chosen is logged (info: its global index
+ * and numerical/behaviour notes, e.g. tensor_core, runtime_compiled). A
+ * graph no engine supports is remembered as such: the fused forward then
+ * takes the fallback below, and a plain pass (forward, backward-data,
+ * backward-filter) runs on loom's im2col + GEMM path (conv_gemm_cuda.c),
+ * logged once per plan and counted (loom_cuda_conv_stats.gemm_runs).
+ * Alignment: each tensor is described with the alignment its pointer really
+ * has (a 2-byte aligned f16 view is not claimed to be 4-byte aligned; the
+ * engines that need more are then not offered).
  * Precision: f16/bf16 tensors with f32 compute (tensor cores, f32
  * accumulation); the fused graph's intermediates are f32 virtual tensors.
  * Layouts: x, y, dy, dx in the tensor's own strides (NHWC preferred by the
@@ -42,10 +50,15 @@
  * how to get cuDNN. */
 #ifdef LOOM_HAVE_CUDA
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/ops.h"
 #include "ops/conv.h"
+
+static bool g_force_gemm = false;
+void loom_cuda_conv_force_gemm(bool on) { __atomic_store_n(&g_force_gemm, on, __ATOMIC_RELAXED); }
 
 #ifndef LOOM_HAVE_CUDNN
 static loom_status no_cudnn(const char *op) {
@@ -73,7 +86,9 @@ loom_status loom_cuda_conv_mem_free(loom_device dev, size_t *free_bytes) {
 #include <cudnn.h>
 
 #include "alloc/alloc.h"
+#include "core/teardown.h"
 #include "loom/log.h"
+#include "ops/cuda/conv_gemm_cuda.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
 
@@ -93,7 +108,7 @@ static loom_status cudnn_error(cudnnStatus_t s, const char *call, const char *fi
 
 /* ---- switches and counters ------------------------------------------------------- */
 static bool g_force_unfused = false;
-static int64_t g_stats[5];  /* plans_built, plan_hits, unsupported, fused_runs, fallback_runs */
+static int64_t g_stats[6];  /* plans_built, plan_hits, unsupported, fused_runs, fallback_runs, gemm_runs */
 
 void loom_cuda_conv_force_unfused(bool on) { __atomic_store_n(&g_force_unfused, on, __ATOMIC_RELAXED); }
 
@@ -103,6 +118,7 @@ void loom_cuda_conv_stats_get(loom_cuda_conv_stats *out) {
   out->unsupported = __atomic_load_n(&g_stats[2], __ATOMIC_RELAXED);
   out->fused_runs = __atomic_load_n(&g_stats[3], __ATOMIC_RELAXED);
   out->fallback_runs = __atomic_load_n(&g_stats[4], __ATOMIC_RELAXED);
+  out->gemm_runs = __atomic_load_n(&g_stats[5], __ATOMIC_RELAXED);
 }
 
 static void count(int k) { __atomic_fetch_add(&g_stats[k], 1, __ATOMIC_RELAXED); }
@@ -134,11 +150,16 @@ static loom_status handle_of(loom_device dev, cudnnHandle_t *out) {
 
 /* ---- plans ------------------------------------------------------------------------- */
 enum { FWD = 0, FWD_BIAS = 1, FWD_RELU = 2, FWD_BIAS_RELU = 3, BWD_DATA = 4, BWD_FILTER = 5 };
+static const char *pass_name(int kind) {
+  static const char *const names[] = {"forward", "forward+bias", "forward+relu", "forward+bias+relu", "backward-data",
+                                      "backward-filter"};
+  return kind >= 0 && kind <= BWD_FILTER ? names[kind] : "?";
+}
 /* Unique ids of the tensors in the variant packs. */
 enum { UID_X = 1, UID_W = 2, UID_Y = 3, UID_B = 4, UID_T1 = 5, UID_T2 = 6 };
 
 typedef struct plan_key {
-  int64_t dev, kind, dt, tf32;
+  int64_t dev, kind, dt, tf32, det;  /* det: deterministic mode */
   int64_t xs[4], xst[4], ws[4], wst[4], ys[4], yst[4];  /* x/dx, w/dw, y/dy: dims and strides */
   int64_t stride[2], pad[2], dil[2];
   int64_t align[4];                                     /* x, w, y, b pointers */
@@ -182,7 +203,7 @@ static loom_status tensor_desc(conv_plan *p, int64_t uid, cudnnDataType_t dt, co
   DNN(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
   DNN(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
   DNN(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
-  if (align < 4) align = 4;
+  if (align < 1) align = 1;  /* the real alignment (align_class), never raised */
   DNN(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
   DNN(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual));
   DNN(cudnnBackendFinalize(d));
@@ -297,10 +318,15 @@ static loom_status build_graph(conv_plan *p, cudnnHandle_t h, const plan_key *k,
   return LOOM_OK;
 }
 
-/* May this engine config run f32 without TF32 permission? (No tensor-core
- * or down-converting engines.) */
-static bool numerics_ok(const plan_key *k, cudnnBackendDescriptor_t cfg) {
-  if (k->dt != LOOM_F32 || k->tf32) return true;
+/* May this engine config run here? f32 without TF32 permission refuses
+ * tensor-core and down-converting engines; deterministic mode refuses
+ * engines marked non-deterministic. cls gets the engine's global index and
+ * notes, for the log. */
+static bool engine_ok(const plan_key *k, cudnnBackendDescriptor_t cfg, char *cls, size_t ncls) {
+  static const char *const num_names[CUDNN_NUMERICAL_NOTE_TYPE_COUNT] = {
+      "tensor_core", "down_convert", "reduced_precision_reduction", "fft", "nondeterministic",
+      "winograd", "winograd_4x4", "winograd_6x6", "winograd_13x13", "strict_nan"};
+  snprintf(cls, ncls, "?");
   cudnnBackendDescriptor_t eng;
   if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return false;
   int64_t n = 0;
@@ -308,13 +334,25 @@ static bool numerics_ok(const plan_key *k, cudnnBackendDescriptor_t cfg) {
   if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
       CUDNN_STATUS_SUCCESS) {
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    int64_t nn = 0;
+    cudnnBackendBehaviorNote_t beh[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    int64_t nn = 0, nb = 0, idx = -1;
+    cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &idx);
     if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) == CUDNN_STATUS_SUCCESS) {
       ok = true;
-      for (int64_t i = 0; i < nn; i++)
-        if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+      bool strict = k->dt == LOOM_F32 && !k->tf32;
+      size_t at = (size_t)snprintf(cls, ncls, "engine %lld", (long long)idx);
+      for (int64_t i = 0; i < nn; i++) {
+        if (strict && (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
           ok = false;
+        if (k->det && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ok = false;
+        if (at < ncls && (int)notes[i] >= 0 && notes[i] < CUDNN_NUMERICAL_NOTE_TYPE_COUNT)
+          at += (size_t)snprintf(cls + at, ncls - at, " %s", num_names[notes[i]]);
+      }
+      if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                   CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &nb, beh) == CUDNN_STATUS_SUCCESS)
+        for (int64_t i = 0; i < nb && at < ncls; i++)
+          if (beh[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) at += (size_t)snprintf(cls + at, ncls - at, " runtime_compiled");
     }
   }
   cudnnBackendDestroyDescriptor(eng);
@@ -343,7 +381,8 @@ static loom_status try_mode(conv_plan *p, cudnnHandle_t h, cudnnBackendDescripto
       cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs) ==
           CUDNN_STATUS_SUCCESS) {
     for (int64_t i = 0; i < got && !p->plan; i++) {
-      if (!numerics_ok(&p->key, cfgs[i])) continue;
+      char cls[160];
+      if (!engine_ok(&p->key, cfgs[i], cls, sizeof cls)) continue;
       cudnnBackendDescriptor_t plan;
       if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) continue;
       int64_t ws = 0, n = 0;
@@ -362,6 +401,10 @@ static loom_status try_mode(conv_plan *p, cudnnHandle_t h, cudnnBackendDescripto
         cfgs[i] = NULL;
         p->plan = plan;
         p->workspace = ws;
+        loom_log_msg(LOOM_LOG_INFO, "conv2d: %s %s%s%s: cuDNN %s (heuristics mode %s), workspace %lld bytes",
+                     pass_name((int)p->key.kind), loom_dtype_name((loom_dtype)p->key.dt), p->key.tf32 ? " tf32" : "",
+                     p->key.det ? " deterministic" : "", cls, mode == CUDNN_HEUR_MODE_A ? "A" : "fallback",
+                     (long long)ws);
       } else {
         cudnnBackendDestroyDescriptor(plan);
       }
@@ -395,8 +438,10 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
   }
   if (!p->plan) {
     count(2);
-    loom_log_msg(LOOM_LOG_INFO, "conv2d: no cuDNN engine for pass %lld (%s)", (long long)k->kind,
-                 loom_dtype_name((loom_dtype)k->dt));
+    loom_log_msg(LOOM_LOG_INFO, "conv2d: %s %s%s%s: no cuDNN engine%s", pass_name((int)k->kind),
+                 loom_dtype_name((loom_dtype)k->dt), k->tf32 ? " tf32" : "", k->det ? " deterministic" : "",
+                 k->kind == FWD || k->kind >= BWD_DATA ? ": loom's im2col + GEMM path runs it"
+                                                       : ": the plain convolution + loom's bias/ReLU kernels run it");
   }
   count(0);
   p->next = g_plans;
@@ -404,6 +449,27 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
   *out = p;
   return LOOM_OK;
 }
+
+/* loom_shutdown: plans (with the descriptors they were built from), then the
+ * handles; both are made again at the next convolution. */
+static loom_status cudnn_teardown(void) {
+  pthread_mutex_lock(&g_lock);
+  while (g_plans) {
+    conv_plan *p = g_plans;
+    g_plans = p->next;
+    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    for (int i = p->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->keep[i]);
+    free(p);
+  }
+  for (int i = 0; i < MAX_DEV; i++)
+    if (g_handle[i]) {
+      if (loom_cuda_set_device(i) == LOOM_OK) cudnnDestroy(g_handle[i]);
+      g_handle[i] = NULL;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_OPS, cudnn_teardown)
 
 /* ---- running a plan -------------------------------------------------------------------- */
 typedef struct dnn_call {
@@ -419,6 +485,7 @@ static void fill_key(plan_key *k, const dnn_call *c) {
   k->kind = c->kind;
   k->dt = c->x->dtype;
   k->tf32 = loom_cuda_tf32_allowed();
+  k->det = loom_get_deterministic();
   for (int d = 0; d < 4; d++) {
     k->xs[d] = c->x->shape[d];
     k->xst[d] = c->x->strides[d];
@@ -441,6 +508,8 @@ static void fill_key(plan_key *k, const dnn_call *c) {
 static loom_status run_plan(const dnn_call *c) {
   loom_cuda_ctx *ctx = loom_cuda_ctx_get(c->dev);
   if (!ctx) return loom_last_status();
+  if ((c->kind == FWD || c->kind >= BWD_DATA) && __atomic_load_n(&g_force_gemm, __ATOMIC_RELAXED))
+    return LOOM_ERR_UNSUPPORTED;  /* tests: the GEMM path, as if cuDNN had no engine */
   plan_key k;
   fill_key(&k, c);
   pthread_mutex_lock(&g_lock);
@@ -509,17 +578,6 @@ static loom_status zero_fill(loom_tensor *t) {
   return LOOM_OK;
 }
 
-static loom_status no_engine(const loom_conv_geom *g, const char *pass, loom_dtype dt) {
-  return loom_set_error(LOOM_ERR_UNSUPPORTED,
-                        "conv2d %s: cuDNN has no engine for x [%lld, %lld, %lld, %lld] (%s, %s) with a %lldx%lld kernel, "
-                        "stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld, groups %lld; try the other memory "
-                        "format or run it on the CPU",
-                        pass, (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W,
-                        loom_dtype_name(dt), g->nhwc ? "NHWC" : "NCHW", (long long)g->KH, (long long)g->KW,
-                        (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw, (long long)g->dh,
-                        (long long)g->dw, (long long)g->G);
-}
-
 /* ---- the kernels ------------------------------------------------------------------------- */
 loom_status loom_cuda_conv2d(loom_op_args *a) {
   loom_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL, *y = a->out[0];
@@ -545,7 +603,10 @@ loom_status loom_cuda_conv2d(loom_op_args *a) {
     c.kind = FWD;
     c.b = NULL;
     st = g.C > 0 ? run_plan(&c) : LOOM_OK;
-    if (st == LOOM_ERR_UNSUPPORTED) st = no_engine(&g, "forward", x->dtype);
+    if (st == LOOM_ERR_UNSUPPORTED) {
+      st = loom_cuda_conv_gemm_forward(&g, x, w, y);
+      if (st == LOOM_OK) count(5);
+    }
     if (st == LOOM_OK && b) {
       int64_t bs[4] = {1, g.O, 1, 1}, bst[4] = {0, b->strides[0], 0, 0};
       loom_tensor *bv = loom_tensor_new_header(b->storage, b->offset, b->dtype, 4, bs, bst);
@@ -603,7 +664,10 @@ loom_status loom_cuda_conv2d_backward(loom_op_args *a) {
     else {
       dnn_call c = {.dev = x->storage->device, .kind = BWD_DATA, .g = &g, .x = dx, .w = wc, .y = dz};
       st = run_plan(&c);
-      if (st == LOOM_ERR_UNSUPPORTED) st = no_engine(&g, "backward-data", x->dtype);
+      if (st == LOOM_ERR_UNSUPPORTED) {
+        st = loom_cuda_conv_gemm_backward_data(&g, dz, w, dx);
+        if (st == LOOM_OK) count(5);
+      }
     }
   }
   if (st == LOOM_OK && dw) {
@@ -613,8 +677,12 @@ loom_status loom_cuda_conv2d_backward(loom_op_args *a) {
     else {
       dnn_call c = {.dev = x->storage->device, .kind = BWD_FILTER, .g = &g, .x = x, .w = dwc, .y = dz};
       st = run_plan(&c);
-      if (st == LOOM_ERR_UNSUPPORTED) st = no_engine(&g, "backward-filter", x->dtype);
-      if (st == LOOM_OK && dwc != dw) st = loom_cuda_copy_into(dw, dwc);
+      if (st == LOOM_ERR_UNSUPPORTED) {
+        st = loom_cuda_conv_gemm_backward_filter(&g, dz, x, dw);  /* dw: contiguous, written directly */
+        if (st == LOOM_OK) count(5);
+      } else if (st == LOOM_OK && dwc != dw) {
+        st = loom_cuda_copy_into(dw, dwc);
+      }
       loom_tensor_release(dwc);
     }
   }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "alloc/alloc.h"
+#include "core/teardown.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/iter.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -33,7 +34,9 @@ static loom_status ctx_init(loom_cuda_ctx *c, loom_device dev) {
   if (!s) return loom_last_status();
   c->stream = (cudaStream_t)loom_stream_native(s);
   LOOM_CUBLAS_CHECK(cublasLtCreate(&c->lt));
-  loom_status st = loom_alloc_malloc(dev, WORKSPACE_BYTES, s, &c->workspace);
+  /* Outside any graph capture's private pool: the workspace lives as long
+   * as the context, not as long as the graph whose capture made it. */
+  loom_status st = loom_alloc_malloc_uncaptured(dev, WORKSPACE_BYTES, s, &c->workspace);
   if (st != LOOM_OK) {
     cublasLtDestroy(c->lt);
     return st;
@@ -62,6 +65,27 @@ loom_cuda_ctx *loom_cuda_ctx_get(loom_device dev) {
   if (!c) loom_error_prefix("cuda:%d: setting up the CUDA context", dev.index);
   return c;
 }
+
+/* loom_shutdown: each context's handles are destroyed and its workspace
+ * goes back to the allocator (which alloc's own hook, run after this one,
+ * returns to the device); the next loom_cuda_ctx_get makes a new context. */
+static loom_status ctx_teardown(void) {
+  pthread_mutex_lock(&g_ctx_lock);
+  for (int i = 0; i < MAX_CTX; i++) {
+    if (!g_ctx_ready[i]) continue;
+    loom_cuda_ctx *c = &g_ctx[i];
+    if (loom_cuda_set_device(c->dev.index) == LOOM_OK) {
+      if (c->blas) cublasDestroy(c->blas);
+      if (c->lt) cublasLtDestroy(c->lt);
+    }
+    loom_alloc_free(c->dev, c->workspace);
+    memset(c, 0, sizeof *c);
+    __atomic_store_n(&g_ctx_ready[i], 0, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&g_ctx_lock);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_OPS, ctx_teardown)
 
 void loom_cu_iter_build(loom_cu_iter *it, int nops, loom_tensor *const *ops) {
   /* The same coalescing as the CPU kernels, copied into the plain-C struct

@@ -138,6 +138,25 @@ cudaError_t loom_cu_dropout_fwd(int dt, const void *x, void *y, uint32_t *mask, 
 cudaError_t loom_cu_dropout_bwd(int dt, const void *gy, const uint32_t *mask, void *dx, int64_t n, double p,
                                 cudaStream_t s);
 
+/* The convolution's GEMM path (conv_gemm.cu, conv_gemm_cuda.c), f32 only.
+ * x/dx is [N, C, H, W] at element strides xs (NCHW or NHWC); one group grp
+ * of Cg channels; images [n0, n0 + nimg). The column matrix of an image is
+ * [OH * OW, Cg * KH * KW], row (oh, ow), column (c, kh, kw) — the order of a
+ * contiguous weight's [Cg, KH, KW] — images one after another. */
+typedef struct loom_cu_conv_geom {
+  int64_t N, C, H, W, Cg, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw;
+  int64_t xs[4];
+} loom_cu_conv_geom;
+/* cols <- the columns of x (zeros where the window is in the padding). */
+cudaError_t loom_cu_conv_im2col(const float *x, const loom_cu_conv_geom *g, int64_t n0, int64_t nimg, int64_t grp,
+                                float *cols, cudaStream_t s);
+/* dx (group grp's channels of images n0..) <- the sum, over the columns
+ * that read each element, of dcols: one thread per element gathering in a
+ * fixed order (no atomics: deterministic). Every such element is written. */
+cudaError_t loom_cu_conv_col2im(const float *dcols, const loom_cu_conv_geom *g, int64_t n0, int64_t nimg, int64_t grp,
+                                float *dx, cudaStream_t s);
+
 /* y = relu(a + b) and d = gy * (y > 0) (into d0 and, if not NULL, d1), n
  * elements in memory order. */
 cudaError_t loom_cu_add_relu_fwd(int dt, const void *a, const void *b, void *y, int64_t n, cudaStream_t s);

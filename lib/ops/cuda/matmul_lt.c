@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/teardown.h"
 #include "loom/log.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -96,6 +97,24 @@ static void plan_destroy(plan *p) {
   pthread_mutex_destroy(&p->lock);
   free(p);
 }
+
+/* loom_shutdown: every cached plan (descriptors and layouts) is destroyed;
+ * the next GEMM of each shape builds its plan again. */
+static loom_status plans_teardown(void) {
+  pthread_mutex_lock(&g_plan_insert);
+  for (int b = 0; b < PLAN_BUCKETS; b++) {
+    plan *p = g_buckets[b];
+    g_buckets[b] = NULL;
+    while (p) {
+      plan *nx = p->next;
+      plan_destroy(p);
+      p = nx;
+    }
+  }
+  pthread_mutex_unlock(&g_plan_insert);
+  return LOOM_OK;
+}
+LOOM_TEARDOWN(LOOM_LAYER_OPS, plans_teardown)
 
 /* FNV-1a over the key's bytes (the key is all int64, no padding). */
 static uint64_t key_hash(const plan_key *k) {
