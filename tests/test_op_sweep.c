@@ -753,6 +753,35 @@ static void case_add_relu(const sw_config *c) { add_relu_case(c, true); }
 /* Runs ADD_RELU_BACKWARD. */
 static void case_add_relu_backward(const sw_config *c) { add_relu_case(c, false); }
 
+/* Three inputs joined along dim 1 ([2,1,3] [2,2,3] [2,3,3] -> [2,6,3]), and
+ * seven along dim 0 (loom_cat chains two CAT ops past LOOM_OP_MAX_IN). */
+static loom_tensor *cat_fn(loom_tensor **in, void *ctx) {
+  return loom_cat(ctx ? 7 : 3, in, ctx ? 0 : 1);
+}
+
+static void case_cat(const sw_config *c) {
+  int64_t s[3][3] = {{2, 1, 3}, {2, 2, 3}, {2, 3, 3}}, so[3] = {2, 6, 3};
+  double *v[3], want[36];
+  loom_tensor *in[7];
+  for (int k = 0; k < 3; k++) in[k] = sw_input(c, 3, s[k], -2, 2, 0, &v[k]);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0, at = 0; j < 3; j++)
+      for (int r = 0; r < s[j][1]; r++, at++)
+        for (int e = 0; e < 3; e++) want[(i * 6 + at) * 3 + e] = v[j][(i * s[j][1] + r) * 3 + e];
+  sw_expect(c, cat_fn(in, NULL), 3, so, want, "cat of three along dim 1");
+  sw_gradcheck(c, cat_fn, NULL, in, 3, 7u, 1e-2, "gradient");
+  for (int k = 0; k < 3; k++) free(v[k]);
+  int64_t r1[1] = {2}, r7[1] = {14};
+  double *w[7], want7[14];
+  for (int k = 0; k < 7; k++) {
+    in[k] = sw_input(c, 1, r1, -2, 2, 0, &w[k]);
+    want7[2 * k] = w[k][0], want7[2 * k + 1] = w[k][1];
+  }
+  sw_expect(c, cat_fn(in, in), 1, r7, want7, "cat of seven along dim 0");
+  sw_gradcheck(c, cat_fn, in, in, 7, 0x7fu, 1e-2, "gradient of seven");
+  for (int k = 0; k < 7; k++) free(w[k]);
+}
+
 /* ---- the case table ---------------------------------------------------------- */
 
 typedef void (*sw_case_fn)(const sw_config *c);
@@ -807,6 +836,7 @@ static const sw_case g_cases[LOOM_OP_COUNT] = {
     [LOOM_OP_DROPOUT_BACKWARD] = {dropout_grad, SW_NO_GRAD},
     [LOOM_OP_ADD_RELU] = {case_add_relu, SW_GRAD},
     [LOOM_OP_ADD_RELU_BACKWARD] = {case_add_relu_backward, SW_NO_GRAD},
+    [LOOM_OP_CAT] = {case_cat, SW_GRAD},
 };
 
 static const char *op_name(int id) {
