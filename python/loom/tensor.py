@@ -446,6 +446,8 @@ class Tensor:
     def min(self, dim=None, keepdim=False):
         return -((-self).max(dim, keepdim))
 
+    amax, amin = max, min  # PyTorch's names for the values-only reductions
+
     def argmax(self, dim=-1, keepdim=False):
         return Tensor(lib.loom_argmax(self._h, dim, keepdim))
 

@@ -94,3 +94,33 @@ def test_idx_files(no_leak):
     assert x.shape == (28, 28) and x.dtype == np.uint8 and 0 <= int(y) <= 9
     with pytest.raises(loom.Error, match="idx"):
         loom.Dataset.idx(f"{FASHION}/t10k-labels-idx1-ubyte.gz", f"{FASHION}/t10k-images-idx3-ubyte.gz")
+
+
+def test_sequence_datasets_feed_the_threaded_loader(no_leak):
+    """A map-style dataset (len, [i] -> (x, y)), e.g. a torch Dataset, read by
+    the loader's worker threads; and samples without labels."""
+    torch = pytest.importorskip("torch")
+
+    class Squares(torch.utils.data.Dataset):
+        def __len__(self):
+            return 30
+
+        def __getitem__(self, i):
+            return torch.full((2, 3), float(i)), i % 3
+
+    ds = loom.Dataset.from_sequence(Squares())
+    assert len(ds) == 30
+    x, y = ds.read(7)
+    assert x.shape == (2, 3) and x.dtype == np.float32 and y == 1
+    seen = []
+    for xb, yb in loom.Loader(ds, batch_size=4, shuffle=True, seed=5, workers=2):
+        assert xb.shape[1:] == (2, 3) and yb.dtype == loom.int64
+        np.testing.assert_array_equal(xb.numpy()[:, 0, 0] % 3, yb.numpy())
+        seen += xb.numpy()[:, 0, 0].astype(int).tolist()
+    assert sorted(seen) == list(range(30))
+    plain = loom.Dataset.from_sequence([np.arange(4) * k for k in range(5)])  # x only, int64
+    xs = [xb.numpy() for xb, yb in loom.Loader(plain, batch_size=5)]
+    np.testing.assert_array_equal(xs[0][:, 1], np.arange(5))
+    assert plain.read(2)[1] is None
+    with pytest.raises(ValueError, match="empty"):
+        loom.Dataset.from_sequence([])
