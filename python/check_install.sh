@@ -19,8 +19,9 @@ start=$(date +%s)
 LOOM_CUDA="${LOOM_CUDA:-OFF}" "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/wheels" "$src/python"
 echo "wheel built in $(($(date +%s) - start)) s: $(ls "$work/wheels")"
 whl=$(ls "$work"/wheels/loom-*-py3-none-*.whl)
-"$py" -m zipfile -l "$whl" | grep -q "loom/libloom.so" || { echo "the wheel holds no loom/libloom.so"; exit 1; }
-"$py" -m zipfile -l "$whl" | grep -q "loom/py.typed" || { echo "the wheel holds no loom/py.typed"; exit 1; }
+files=$("$py" -m zipfile -l "$whl")
+echo "$files" | grep -q "loom/libloom.so" || { echo "the wheel holds no loom/libloom.so"; exit 1; }
+echo "$files" | grep -q "loom/py.typed" || { echo "the wheel holds no loom/py.typed"; exit 1; }
 # A fresh venv (the system's numpy and pytest through its site packages).
 "$py" -c "import sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)" && base=$("$py" -c "import sys; print(sys.base_prefix)")/bin/python3 || base="$py"
 "$base" -m venv --system-site-packages "$work/venv"

@@ -22,6 +22,8 @@ if(DEFINED ENV{LOOM_LIBRARY} AND NOT "$ENV{LOOM_LIBRARY}" STREQUAL "")
   get_filename_component(lib "${lib}" REALPATH)
   message(STATUS "loom: bundling the prebuilt ${lib} (LOOM_LIBRARY); nothing is built")
   install(FILES "${lib}" DESTINATION loom RENAME libloom.so COMPONENT python)
+  # pyproject.toml's build target, with nothing to do.
+  add_custom_target(loom)
   set(LOOM_PACKAGE_PREBUILT ON)
 else()
   # One file (wheels hold no symlinks), found by path at import (loom/_lib.py).
