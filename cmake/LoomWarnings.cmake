@@ -20,3 +20,17 @@ function(loom_target_defaults tgt)
     target_link_options(${tgt} PRIVATE ${LOOM_SAN_FLAGS})
   endif()
 endfunction()
+
+# loom_cxx_target_defaults(target): a C++17 program over include/loom/loom.hpp
+# (-Wall -Wextra, -Werror with LOOM_WERROR, the same sanitizers).
+function(loom_cxx_target_defaults tgt)
+  set_target_properties(${tgt} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+  target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow>)
+  if(LOOM_WERROR)
+    target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+  if(LOOM_SAN_FLAGS)
+    target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${LOOM_SAN_FLAGS}>)
+    target_link_options(${tgt} PRIVATE ${LOOM_SAN_FLAGS})
+  endif()
+endfunction()

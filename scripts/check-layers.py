@@ -26,8 +26,10 @@ LAYERS = ["core", "device", "prof", "alloc", "graph", "tensor", "ops", "autograd
           "amp", "nn", "optim", "data", "dist", "io"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
-# Public headers: the layer whose code they declare. loom.h (the umbrella)
-# is for users only; no file under lib/ or include/ may include it.
+# Public headers: the layer whose code they declare. The umbrellas, loom.h
+# and loom.hpp (C++ RAII over all of loom.h), sit above every layer: they are
+# for users only; no file under lib/ or include/ may include them.
+UMBRELLAS = ("loom.h", "loom.hpp")
 PUBLIC = {
     "export.h": "core", "status.h": "core", "free.h": "core", "shutdown.h": "core", "dtype.h": "core", "log.h": "core", "rng.h": "core",
     "device.h": "device", "prof.h": "prof", "alloc.h": "alloc", "graph.h": "graph",
@@ -36,7 +38,7 @@ PUBLIC = {
     "dist.h": "dist", "io.h": "io", "metrics.h": "io",
 }
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
-SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
+SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".hpp")
 
 
 def lib_layer(rel):
@@ -49,7 +51,7 @@ def target_layer(root, src_dir, inc):
     """Layer an #include names, or None for system / third-party headers."""
     if inc.startswith("loom/"):
         name = inc[len("loom/"):]
-        if name == "loom.h":
+        if name in UMBRELLAS:
             return "UMBRELLA"
         return PUBLIC.get(name, "UNKNOWN_PUBLIC")
     lib = os.path.join(root, "lib")
@@ -70,7 +72,7 @@ def sources(root):
                 if f.endswith(SOURCE_EXT):
                     path = os.path.join(d, f)
                     if layer_of == "public":
-                        layer = "UMBRELLA" if f == "loom.h" else PUBLIC.get(f, "UNKNOWN_PUBLIC")
+                        layer = "UMBRELLA" if f in UMBRELLAS else PUBLIC.get(f, "UNKNOWN_PUBLIC")
                     else:
                         layer = lib_layer(os.path.relpath(path, base))
                     yield path, layer
@@ -99,7 +101,7 @@ def check_includes(root):
                 if layer == "UMBRELLA":
                     continue
                 if tgt == "UMBRELLA":
-                    problems.append(f"{rel}:{lineno}: includes loom/loom.h (the users' umbrella); include the headers it needs")
+                    problems.append(f"{rel}:{lineno}: includes {m.group(1)} (the users' umbrella); include the headers it needs")
                 elif tgt == "UNKNOWN_PUBLIC":
                     problems.append(f"{rel}:{lineno}: includes {m.group(1)}, a public header missing from the PUBLIC map")
                 elif RANK[tgt] > RANK[layer]:

@@ -7,7 +7,9 @@
 #   4. a -Werror build (CUDA code included when nvcc is installed), ctest —
 #      last, so the final summary is the whole suite's; it includes the
 #      Python package's pytest suite, run in a venv (system site packages +
-#      safetensors and ./python from pip).
+#      safetensors and ./python from pip), its ResNet/MNIST parity checks
+#      against the C trainers, and a wheel built from source (CPU-only)
+#      installed into a fresh venv.
 #   5. observability: TensorBoard reads loom-mnist's event file, the metrics
 #      plot is a real PNG (scripts/check-observability.sh).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
@@ -40,14 +42,16 @@ CC=clang cmake -S "$ROOT" -B "$OUT/clang" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERR
 cmake --build "$OUT/clang" -j"$JOBS"
 (cd "$OUT/clang" && ctest --output-on-failure -j"$JOBS" -R '^test_' -E '_(avx512|avx2|scalar)$|^test_resnet_conformance$')
 
-echo "== Python venv: Debian's numpy/torch/pytest, safetensors from PyPI (the package is installed after the build)"
+echo "== Python venv: Debian's numpy/torch/pytest, safetensors and the package's build backend (scikit-build-core) from PyPI"
 VENV="$OUT/venv"
 [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check safetensors
+"$VENV/bin/pip" install -q --disable-pip-version-check safetensors "scikit-build-core>=0.10"
 
 echo "== build (-Werror) and test"
 cmake -S "$ROOT" -B "$OUT/plain" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON -DLOOM_PYTHON="$VENV/bin/python" >/dev/null
 cmake --build "$OUT/plain" -j"$JOBS"
+# The package around the library just built (LOOM_LIBRARY: bundled, not
+# rebuilt); ctest's python_wheel_install builds one from source as a user would.
 LOOM_LIBRARY="$OUT/plain/lib/libloom.so" "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
   --no-deps --force-reinstall "$ROOT/python"
 (cd "$OUT/plain" && ctest --output-on-failure -j"$JOBS")

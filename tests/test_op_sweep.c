@@ -122,6 +122,7 @@ static const sw_case g_cases[LOOM_OP_COUNT] = {
     [LOOM_OP_DROPOUT_BACKWARD] = ALL4(sw_case_dropout_backward, SW_NO_GRAD),
     [LOOM_OP_ADD_RELU] = ALL4(sw_case_add_relu, SW_GRAD),
     [LOOM_OP_ADD_RELU_BACKWARD] = ALL4(sw_case_add_relu_backward, SW_NO_GRAD),
+    [LOOM_OP_CAT] = ALL4(sw_case_cat, SW_GRAD),
 };
 
 /* Known failures: configurations skipped (with a printed line) until the

@@ -51,6 +51,11 @@ LOOM_API int loom_device_count(loom_device_kind kind);
 /* Why CUDA is unavailable ("built without CUDA", "no CUDA driver", "no CUDA
  * device"), or NULL if at least one CUDA device is usable. */
 LOOM_API const char *loom_cuda_unavailable_reason(void);
+/* What this libloom was built with, as space-separated key=value pairs:
+ * "version=0.1.0 cuda=yes cudnn=yes nccl=no nvtx=yes mpi=yes openblas=yes
+ * zlib=yes jansson=yes profiler=yes" (jansson: safetensors and checkpoints;
+ * zlib: gzip dataset files). A static string; keys are only ever added. */
+LOOM_API const char *loom_build_info(void);
 /* Parse "cpu", "cuda", "cuda:N" or "auto" (the first GPU if any, else CPU). */
 LOOM_API loom_status loom_device_parse(const char *text, loom_device *out);
 /* Check that a device exists; LOOM_ERR_DEVICE with a reason otherwise. */

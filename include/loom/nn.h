@@ -185,6 +185,36 @@ LOOM_API loom_status loom_module_set_checkpoint(loom_module *m, bool on);
  * consecutive children as one segment (n = 1: every block); 0 off. */
 LOOM_API loom_status loom_sequential_set_checkpoint_every(loom_module *seq, int n);
 
+/* ---- modules defined outside loom (user code, language bindings) ------------
+ * A custom module is a named container whose forward is the caller's
+ * function: register its parameters, buffers and sub-modules under local
+ * names, and everything that walks modules works on it as on loom's own —
+ * dotted names ("conv.weight"), optimizers, checkpoints, precision policies
+ * (applied to the Linear / Conv2d modules inside), train/eval, activation
+ * checkpointing, data parallelism.
+ *
+ * forward(user, m, x) runs inside a scope of its own: the tensors it makes
+ * die when it returns, except its result (a new tensor, x itself, or a
+ * tensor it borrows, such as a parameter), which loom_module_forward hands
+ * to its caller by the ownership rule. On failure it returns NULL after
+ * setting the error (loom_module_fail, or the failed loom call's). It may be
+ * called again by backward when the module is checkpointed. destroy(user),
+ * if not NULL, is called once when the module is freed. */
+typedef loom_tensor *(*loom_module_forward_fn)(void *user, loom_module *m, loom_tensor *x);
+LOOM_API loom_module *loom_module_new(const char *name, loom_module_forward_fn forward, void *user,
+                                      void (*destroy)(void *user));
+/* Register t as parameter / buffer `name` (no '.', shorter than 32 bytes,
+ * unique within m) of custom module m; m takes its own reference. A
+ * parameter should be an f32 leaf that requires grad (loom_set_requires_grad). */
+LOOM_API loom_status loom_module_register_parameter(loom_module *m, const char *name, loom_tensor *t);
+LOOM_API loom_status loom_module_register_buffer(loom_module *m, const char *name, loom_tensor *t);
+/* Register child as sub-module `name` of custom module m, which owns it
+ * from then on, also on failure (it takes m's train/eval mode); a child
+ * whose tree holds m is refused and left to the caller. */
+LOOM_API loom_status loom_module_register_module(loom_module *m, const char *name, loom_module *child);
+/* For a forward function: set the error (code, message) and return NULL. */
+LOOM_API loom_tensor *loom_module_fail(loom_status code, const char *message);
+
 LOOM_API loom_tensor *loom_module_forward(loom_module *m, loom_tensor *x);
 /* "Linear(784, 1024, relu)", "Sequential[3]", ... */
 LOOM_API const char *loom_module_name(const loom_module *m);

@@ -53,6 +53,9 @@ LOOM_API loom_tensor *loom_clone(loom_tensor *t);
 /* dst <- src elementwise (same shape; dtype and device may differ). */
 LOOM_API loom_status loom_copy_(loom_tensor *dst, loom_tensor *src);
 LOOM_API loom_status loom_fill_(loom_tensor *t, double value);
+/* The n tensors (same dtype and rank, equal sizes except in dim) joined
+ * along dim into a new contiguous tensor; differentiable. */
+LOOM_API loom_tensor *loom_cat(int n, loom_tensor *const *tensors, int dim);
 /* Copy out as dtype dt (row-major) into host memory of nbytes. */
 LOOM_API loom_status loom_to_host(loom_tensor *t, void *dst, size_t nbytes, loom_dtype dt);
 /* The single element as a double (t must have one element). */

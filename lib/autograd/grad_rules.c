@@ -218,6 +218,18 @@ LOOM_GRAD_RULE(loom_grad_view_slice) {
   return LOOM_OK;
 }
 
+LOOM_GRAD_RULE(loom_grad_cat) {
+  /* Each input's stretch of the gradient along the concatenated dim. */
+  int d = (int)n->args.i[0];
+  int64_t at = 0;
+  for (int k = 0; k < n->n_in; k++) {
+    int64_t len = n->in_shape[k][d];
+    if (NEED(k)) gx[k] = loom_slice(gy, d, at, at + len, 1);
+    at += len;
+  }
+  return LOOM_OK;
+}
+
 LOOM_GRAD_RULE(loom_grad_view_expand) {
   gx[0] = loom_sum_to_shape(gy, SHAPE_OF(0));
   return LOOM_OK;

@@ -37,4 +37,5 @@ LOOM_GRAD_RULE(loom_grad_max_pool2d);
 LOOM_GRAD_RULE(loom_grad_avg_pool2d);
 LOOM_GRAD_RULE(loom_grad_dropout);
 LOOM_GRAD_RULE(loom_grad_add_relu);
+LOOM_GRAD_RULE(loom_grad_cat);
 #endif

@@ -46,6 +46,7 @@ static const loom_grad_def g_grads[LOOM_OP_COUNT] = {
   [LOOM_OP_ADAPTIVE_AVG_POOL2D] = {loom_grad_avg_pool2d, 0},
   [LOOM_OP_DROPOUT] = {loom_grad_dropout, OUT1},
   [LOOM_OP_ADD_RELU] = {loom_grad_add_relu, OUT0},
+  [LOOM_OP_CAT] = {loom_grad_cat, 0},
 };
 
 const loom_grad_def *loom_grad_get(loom_op_id op) {

@@ -21,6 +21,7 @@ enum {
   LOOM_MOD_BASIC_BLOCK = 11,
   LOOM_MOD_BOTTLENECK = 12,
   LOOM_MOD_RESNET = 13,
+  LOOM_MOD_CUSTOM = 14,  /* forward supplied by the caller (lib/nn/custom.c) */
 };
 
 #define LOOM_MODULE_NAME_MAX 32  /* a parameter's, buffer's or child's own (local) name */

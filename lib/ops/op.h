@@ -43,6 +43,7 @@ typedef enum loom_op_id {
   LOOM_OP_DROPOUT_BACKWARD,
   LOOM_OP_ADD_RELU,            /* relu(a + b), same shape and format */
   LOOM_OP_ADD_RELU_BACKWARD,   /* gy * (y > 0), written once per input that needs it */
+  LOOM_OP_CAT,                 /* concatenation of 1..LOOM_OP_MAX_IN inputs along i[0] (lib/ops/api_cat.c) */
   LOOM_OP_COUNT
 } loom_op_id;
 
@@ -103,6 +104,9 @@ loom_status loom_broadcast_shapes(const char *op, int na, const int64_t *sa, int
 /* Normalize a possibly negative dim for ndim; error names op. */
 loom_status loom_norm_dim(const char *op, int dim, int ndim, int *out);
 loom_tensor *loom_eq(loom_tensor *a, loom_tensor *b);
+/* CAT's kernel, for every device: one COPY per input into its stretch of
+ * the output (api_cat.c). */
+loom_status loom_kernel_cat(loom_op_args *a);
 /* Element offset of batch b of matmul operand t, whose leading (batch) dims
  * broadcast against those of the output out. */
 int64_t loom_matmul_batch_offset(const loom_tensor *t, const loom_tensor *out, int64_t b);

@@ -81,6 +81,8 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   [LOOM_OP_DROPOUT_BACKWARD] = {"dropout_backward", 2, 2, 1, loom_infer_dropout_backward, loom_cpu_dropout_backward, CUDA_K(loom_cuda_dropout_backward), 0},
   [LOOM_OP_ADD_RELU] = {"add_relu", 2, 2, 1, loom_infer_add_relu, loom_cpu_add_relu, CUDA_K(loom_cuda_add_relu), 1},
   [LOOM_OP_ADD_RELU_BACKWARD] = {"add_relu_backward", 2, 2, 2, loom_infer_add_relu_backward, loom_cpu_add_relu_backward, CUDA_K(loom_cuda_add_relu_backward), 1},
+  /* cat: one kernel for every device (strided copies through COPY's kernels). */
+  [LOOM_OP_CAT] = {"cat", 1, LOOM_OP_MAX_IN, 1, loom_infer_cat, loom_kernel_cat, CUDA_K(loom_kernel_cat), 1},
 };
 
 const loom_op_def *loom_op_get(loom_op_id id) {

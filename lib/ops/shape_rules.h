@@ -26,4 +26,6 @@ loom_status loom_infer_dropout(const char *opname, const loom_op_args *a, loom_o
 loom_status loom_infer_dropout_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_add_relu(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_add_relu_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+/* api_cat.c */
+loom_status loom_infer_cat(const char *opname, const loom_op_args *a, loom_out_spec *o);
 #endif

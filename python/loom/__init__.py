@@ -6,19 +6,22 @@
     loss = loom.cross_entropy(model(x), loom.tensor([1]))
     loss.backward()
 
-Tensors exchange memory with NumPy and PyTorch through DLPack
-(numpy.from_dlpack(t), torch.from_dlpack(t), loom.from_dlpack(x)); every
-failed call raises loom.Error with loom's message.
+Modules of your own subclass loom.nn.Module (see loom.nn.module); the CNN
+layers and ResNets are in loom.nn, data parallelism in loom.dist. Tensors
+exchange memory with NumPy and PyTorch through DLPack (numpy.from_dlpack(t),
+torch.from_dlpack(t), loom.from_dlpack(x)); every failed call raises
+loom.Error with loom's message. `python -m loom` prints the build.
 """
 import contextlib as _contextlib
 import ctypes as _C
 
-from . import amp, data, nn, optim
+from . import amp, data, dist, nn, optim
 from ._lib import Error, lib as _lib, library_path
 from .data import Dataset, Loader
 from .io import load_checkpoint, load_file, safe_open, save_checkpoint, save_file
-from .tensor import (Tensor, arange, as_dtype, bfloat16, bool_, dtype, empty, float16, float32, from_dlpack,
-                     from_numpy, full, int32, int64, ones, rand, randn, tensor, uint8, zeros)
+from .nn.module import Parameter
+from .tensor import (Tensor, arange, as_dtype, bfloat16, bool_, cat, dtype, empty, float16, float32, from_dlpack,
+                     from_numpy, full, int32, int64, ones, rand, randn, stack, tensor, uint8, zeros)
 
 __version__ = "0.1.0"
 
@@ -52,6 +55,20 @@ def cuda_is_available():
 
 def cuda_device_count():
     return _lib.loom_device_count(1)
+
+
+def build_info():
+    """What libloom was built with: {"version": "0.1.0", "cuda": True, "mpi": True, ...}."""
+    out = {}
+    for item in _lib.loom_build_info().decode().split():
+        k, v = item.split("=", 1)
+        out[k] = {"yes": True, "no": False}.get(v, v)
+    return out
+
+
+def cpu_isa():
+    """The instruction set loom's CPU kernels use: "avx512", "avx2" or "scalar"."""
+    return _lib.loom_cpu_isa().decode()
 
 
 def cuda_unavailable_reason():
@@ -130,8 +147,64 @@ def relu(x):
     return x.relu()
 
 
+def sigmoid(x):
+    return x.sigmoid()
+
+
+def tanh(x):
+    return x.tanh()
+
+
+def softmax(x, dim=-1):
+    return x.softmax(dim)
+
+
 def log_softmax(x, dim=-1):
     return x.log_softmax(dim)
+
+
+def reshape(x, *shape):
+    return x.reshape(*shape)
+
+
+def permute(x, *dims):
+    return x.permute(*dims)
+
+
+def transpose(x, dim0, dim1):
+    return x.transpose(dim0, dim1)
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    return x.flatten(start_dim, end_dim)
+
+
+def unsqueeze(x, dim):
+    return x.unsqueeze(dim)
+
+
+def squeeze(x, dim=None):
+    return x.squeeze(dim)
+
+
+def sum(x, dim=None, keepdim=False):  # noqa: A001 - torch.sum
+    return x.sum(dim, keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return x.mean(dim, keepdim)
+
+
+def exp(x):
+    return x.exp()
+
+
+def log(x):
+    return x.log()
+
+
+def sqrt(x):
+    return x.sqrt()
 
 
 def cross_entropy(logits, labels):

@@ -18,6 +18,7 @@ import ctypes as C
 import ctypes.util
 import glob
 import os
+import threading
 
 P = C.c_void_p
 ST = C.c_int  # loom_status
@@ -90,6 +91,48 @@ class LoaderStats(C.Structure):
                 ("batches_produced", C.c_int64), ("samples_per_second", C.c_double)]
 
 
+class Conv2dOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("stride", C.c_int64 * 2), ("padding", C.c_int64 * 2),
+                ("dilation", C.c_int64 * 2), ("groups", C.c_int64), ("act", C.c_int32)]
+
+
+class BatchNormOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("training", C.c_bool), ("momentum", C.c_double), ("eps", C.c_double),
+                ("act", C.c_int32)]
+
+
+class Pool2dOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("kernel", C.c_int64 * 2), ("stride", C.c_int64 * 2),
+                ("padding", C.c_int64 * 2), ("ceil_mode", C.c_bool), ("count_include_pad", C.c_bool)]
+
+
+class ResnetOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("in_channels", C.c_int64), ("num_classes", C.c_int64),
+                ("shortcut", C.c_int32), ("memory_format", C.c_int32), ("zero_init_residual", C.c_bool),
+                ("checkpoint_every", C.c_int64)]
+
+
+class ParamGroupOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("lr", C.c_double), ("weight_decay", C.c_double)]
+
+
+class DistEnv(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("launched", C.c_bool), ("rank", C.c_int32), ("world_size", C.c_int32),
+                ("local_rank", C.c_int32), ("local_size", C.c_int32), ("launcher", C.c_char_p)]
+
+
+class CommOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("backend", C.c_int32), ("device", Device), ("init", C.c_char_p),
+                ("rank", C.c_int32), ("world_size", C.c_int32), ("timeout_s", C.c_double), ("set_threads", C.c_bool)]
+
+
+class DdpOptions(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("first_bucket_mib", C.c_double), ("bucket_mib", C.c_double),
+                ("reduce_in_fp32", C.c_bool), ("broadcast_buffers", C.c_bool)]
+
+
+# A custom module's forward (loom_module_forward_fn): user, module, x -> result.
+MODULE_FORWARD_FN = C.CFUNCTYPE(C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p)
 READ_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int64, C.c_void_p, C.c_void_p)
 DESTROY_FN = C.CFUNCTYPE(None, C.c_void_p)
 
@@ -138,6 +181,7 @@ _SIGNATURES = {
     "loom_device_parse": (ST, [C.c_char_p, C.POINTER(Device)]),
     "loom_device_str": (C.c_char_p, [Device, C.c_char_p, C.c_int]),
     "loom_device_synchronize": (ST, [Device]),
+    "loom_build_info": (C.c_char_p, []),
     "loom_stream_current": (P, [Device]),
     "loom_stream_native": (P, [P]),
     # alloc.h
@@ -207,6 +251,23 @@ _SIGNATURES = {
     "loom_set_num_threads": (None, [C.c_int]),
     "loom_get_num_threads": (C.c_int, []),
     "loom_set_allow_tf32": (None, [C.c_bool]),
+    "loom_cpu_isa": (C.c_char_p, []),
+    "loom_cpu_gemm_name": (C.c_char_p, []),
+    "loom_cat": (P, [C.c_int, C.POINTER(P), C.c_int]),
+    "loom_tensor_dim": (C.c_int64, [P, C.c_int]),
+    "loom_conv2d_options_init": (None, [C.c_void_p]),
+    "loom_conv2d": (P, [P, P, P, C.POINTER(Conv2dOptions)]),
+    "loom_batch_norm_options_init": (None, [C.c_void_p]),
+    "loom_batch_norm": (P, [P, P, P, P, P, C.POINTER(BatchNormOptions)]),
+    "loom_pool2d_options_init": (None, [C.c_void_p, C.c_int64, C.c_int64]),
+    "loom_max_pool2d": (P, [P, C.POINTER(Pool2dOptions)]),
+    "loom_avg_pool2d": (P, [P, C.POINTER(Pool2dOptions)]),
+    "loom_adaptive_avg_pool2d": (P, [P, C.c_int64, C.c_int64]),
+    "loom_dropout": (P, [P, C.c_double, C.c_bool]),
+    "loom_flatten": (P, [P, C.c_int, C.c_int]),
+    "loom_add_relu": (P, [P, P]),
+    "loom_to_memory_format": (P, [P, C.c_int]),
+    "loom_tensor_memory_format": (C.c_int, [P]),
     # autograd.h
     "loom_backward": (ST, [P]),
     "loom_backward_with": (ST, [P, P]),
@@ -231,6 +292,27 @@ _SIGNATURES = {
     "loom_module_train": (ST, [P, C.c_bool]),
     "loom_module_is_training": (C.c_bool, [P]),
     "loom_module_free": (None, [P]),
+    "loom_init_": (ST, [P, C.c_int, C.c_int64, C.c_int64]),
+    "loom_conv2d_new": (P, [C.c_int64, C.c_int64, C.c_int64, C.c_int64, C.POINTER(Conv2dOptions), C.c_bool, C.c_int,
+                            Device]),
+    "loom_batch_norm2d_new": (P, [C.c_int64, C.POINTER(BatchNormOptions), C.c_bool, Device]),
+    "loom_max_pool2d_new": (P, [C.POINTER(Pool2dOptions)]),
+    "loom_avg_pool2d_new": (P, [C.POINTER(Pool2dOptions)]),
+    "loom_adaptive_avg_pool2d_new": (P, [C.c_int64, C.c_int64]),
+    "loom_dropout_new": (P, [C.c_double]),
+    "loom_flatten_new": (P, [C.c_int, C.c_int]),
+    "loom_resnet_options_init": (None, [C.c_void_p, C.c_int]),
+    "loom_resnet_parse": (ST, [C.c_char_p, C.POINTER(C.c_int)]),
+    "loom_resnet_new": (P, [C.c_int, C.POINTER(ResnetOptions), Device]),
+    "loom_resnet_set_memory_format": (ST, [P, C.c_int]),
+    "loom_module_set_checkpoint": (ST, [P, C.c_bool]),
+    "loom_module_split_decay": (ST, [P, C.POINTER(P), C.POINTER(C.c_int), C.POINTER(P), C.POINTER(C.c_int)]),
+    "loom_module_num_param_elements": (C.c_int64, [P]),
+    "loom_module_new": (P, [C.c_char_p, MODULE_FORWARD_FN, C.c_void_p, C.c_void_p]),
+    "loom_module_register_parameter": (ST, [P, C.c_char_p, P]),
+    "loom_module_register_buffer": (ST, [P, C.c_char_p, P]),
+    "loom_module_register_module": (ST, [P, C.c_char_p, P]),
+    "loom_module_fail": (P, [ST, C.c_char_p]),
     # optim.h
     "loom_sgd_options_init": (None, [C.c_void_p]),
     "loom_adamw_options_init": (None, [C.c_void_p]),
@@ -242,6 +324,16 @@ _SIGNATURES = {
     "loom_optimizer_get_lr": (C.c_double, [P]),
     "loom_optimizer_steps": (C.c_int64, [P]),
     "loom_optimizer_free": (None, [P]),
+    "loom_param_group_options_init": (None, [C.c_void_p]),
+    "loom_optimizer_add_param_group": (ST, [P, C.POINTER(P), C.c_int, C.POINTER(ParamGroupOptions)]),
+    "loom_optimizer_num_groups": (C.c_int, [P]),
+    "loom_optimizer_group_num_params": (C.c_int, [P, C.c_int]),
+    "loom_optimizer_set_group_lr": (ST, [P, C.c_int, C.c_double]),
+    "loom_optimizer_get_group_lr": (C.c_double, [P, C.c_int]),
+    "loom_optimizer_set_group_weight_decay": (ST, [P, C.c_int, C.c_double]),
+    "loom_optimizer_get_group_weight_decay": (C.c_double, [P, C.c_int]),
+    "loom_sgd_new_for_module": (P, [P, C.POINTER(SgdOptions)]),
+    "loom_adamw_new_for_module": (P, [P, C.POINTER(AdamwOptions)]),
     "loom_lr_constant": (LrSchedule, [C.c_double]),
     "loom_lr_step": (LrSchedule, [C.c_double, C.c_int64, C.c_double]),
     "loom_lr_cosine": (LrSchedule, [C.c_double, C.c_int64, C.c_int64, C.c_double]),
@@ -311,6 +403,37 @@ _SIGNATURES = {
     "loom_dlpack_device": (ST, [P, C.POINTER(C.c_int32), C.POINTER(C.c_int32)]),
     "loom_dlpack_sync_stream": (ST, [Device, C.c_ssize_t]),
     "loom_dlpack_pycapsule_destructor": (None, [P]),
+    # dist.h
+    "loom_dist_env_get": (ST, [C.POINTER(DistEnv)]),
+    "loom_dist_have_mpi": (C.c_bool, []),
+    "loom_dist_have_nccl": (C.c_bool, []),
+    "loom_comm_options_init": (None, [C.c_void_p]),
+    "loom_comm_init": (ST, [C.POINTER(CommOptions), C.POINTER(P)]),
+    "loom_comm_free": (None, [P]),
+    "loom_comm_rank": (C.c_int, [P]),
+    "loom_comm_size": (C.c_int, [P]),
+    "loom_comm_local_rank": (C.c_int, [P]),
+    "loom_comm_local_size": (C.c_int, [P]),
+    "loom_comm_device": (Device, [P]),
+    "loom_comm_get_backend": (C.c_int, [P]),
+    "loom_comm_backend_name": (C.c_char_p, [C.c_int]),
+    "loom_comm_all_reduce": (ST, [P, P, C.c_int]),
+    "loom_comm_broadcast": (ST, [P, P, C.c_int]),
+    "loom_comm_all_gather": (ST, [P, P, P]),
+    "loom_comm_barrier": (ST, [P]),
+    "loom_comm_wait": (ST, [P]),
+    "loom_comm_synchronize": (ST, [P]),
+    "loom_dist_default_threads": (C.c_int, [P]),
+    "loom_dist_finalize": (ST, []),
+    "loom_ddp_options_init": (None, [C.c_void_p]),
+    "loom_ddp_new": (P, [P, P, C.POINTER(DdpOptions)]),
+    "loom_ddp_free": (None, [P]),
+    "loom_ddp_set_sync": (ST, [P, C.c_bool]),
+    "loom_ddp_get_sync": (C.c_bool, [P]),
+    "loom_ddp_sync": (ST, [P]),
+    "loom_ddp_attach_scaler": (ST, [P, P]),
+    "loom_ddp_broadcast_buffers": (ST, [P]),
+    "loom_lr_scale_for_world": (LrSchedule, [LrSchedule, C.c_int, C.c_int64]),
 }
 
 
@@ -328,7 +451,18 @@ def _candidates():
     yield found or "libloom.so.0"
 
 
+def _passive_openmp():
+    """OpenMP workers that spin between parallel regions take the cores loom's
+    loader threads and other processes need (loom-resnet's step: 1.3 s
+    passive vs 53 s spinning on 2 busy cores). libgomp reads its wait policy
+    once, when it is loaded: before libloom, unless the user chose one
+    (OMP_WAIT_POLICY=ACTIVE restores spinning), as loom's C trainers do."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def _load():
+    _passive_openmp()
     tried = []
     for cand in _candidates():
         if os.path.sep in cand and not os.path.exists(cand):
@@ -353,7 +487,12 @@ for _name, (_res, _args) in _SIGNATURES.items():
 
 # Each mirrored options struct and the loom_X_options_init that fills it.
 _INITS = {SgdOptions: lib.loom_sgd_options_init, AdamwOptions: lib.loom_adamw_options_init,
-          ScalerOptions: lib.loom_scaler_options_init, LoaderOptions: lib.loom_loader_options_init}
+          ScalerOptions: lib.loom_scaler_options_init, LoaderOptions: lib.loom_loader_options_init,
+          Conv2dOptions: lib.loom_conv2d_options_init, BatchNormOptions: lib.loom_batch_norm_options_init,
+          Pool2dOptions: lambda o: lib.loom_pool2d_options_init(o, 1, 1),
+          ResnetOptions: lambda o: lib.loom_resnet_options_init(o, 0),
+          ParamGroupOptions: lib.loom_param_group_options_init, CommOptions: lib.loom_comm_options_init,
+          DdpOptions: lib.loom_ddp_options_init}
 
 
 def _check_layouts():
@@ -373,10 +512,15 @@ def _check_layouts():
 _check_layouts()
 
 
-def options(cls):
-    """A mirrored options struct holding loom's defaults (its loom_X_options_init)."""
+def options(cls, *args):
+    """A mirrored options struct holding loom's defaults (its loom_X_options_init;
+    args: what that init takes besides the struct, e.g. a pool's kernel)."""
     o = cls()
-    _INITS[cls](C.byref(o))
+    init = {Pool2dOptions: lib.loom_pool2d_options_init, ResnetOptions: lib.loom_resnet_options_init}.get(cls)
+    if init is not None and args:
+        init(C.byref(o), *args)
+    else:
+        _INITS[cls](C.byref(o))
     return o
 
 
@@ -395,8 +539,21 @@ def take_string(ptr):
         lib.loom_free(ptr)
 
 
+# Per thread: whether loom scopes own the tensors ops make now (a custom
+# module's forward called from C runs inside one: see nn/module.py), and a
+# Python exception raised inside such a callback, with the loom message it
+# was turned into, to be re-raised as itself when the failure reaches Python.
+state = threading.local()
+
+
 def last_error():
-    return Error(lib.loom_last_status(), (lib.loom_last_error() or b"").decode(errors="replace"))
+    msg = (lib.loom_last_error() or b"").decode(errors="replace")
+    pending = getattr(state, "pending", None)
+    if pending is not None:
+        state.pending = None
+        if pending[1] == msg:
+            return pending[0]
+    return Error(lib.loom_last_status(), msg)
 
 
 def check(status):

@@ -1,4 +1,18 @@
-"""Datasets and the prefetching loader."""
+"""Datasets and the prefetching loader.
+
+Data comes from Python in three ways, all feeding loom's threaded loader
+(batching, shuffling, sharding across ranks, augmentation, normalization,
+prefetching to the device):
+
+    Dataset.from_arrays(x, y)            # NumPy arrays: x[i] a sample, y[i] its label (copied into loom)
+    Dataset.from_sequence(ds)            # anything with len(ds) and ds[i] -> (x, y), e.g. a torch Dataset
+    Dataset.from_callback(n, read, shape)  # read(i) -> (x, y)
+    Dataset.idx(images, labels)          # IDX files (MNIST, Fashion-MNIST)
+
+then `for x, y in loom.Loader(ds, batch_size=128, shuffle=True, ...)`. The
+Python callbacks run on the loader's threads, one at a time (under the
+GIL); an exception in them becomes the loader's error.
+"""
 import ctypes as C
 
 import numpy as np
@@ -87,6 +101,26 @@ class Dataset:
         cb.read, cb.destroy, cb.user, cb.thread_safe = _read, _destroy, None, False
         return cls(lib.loom_dataset_callback(C.byref(cb)), keep=(_read, _destroy, read))
 
+    @classmethod
+    def from_sequence(cls, seq, x_dtype=None, y_dtype=None):
+        """A map-style dataset: len(seq) samples, seq[i] -> (x, y) with x
+        array-like (every sample one shape) and y a scalar label; or
+        seq[i] -> x alone. Shape and dtypes come from seq[0] (float64 samples
+        are read as float32, Python ints as int64) unless given."""
+        n = len(seq)
+        if n == 0:
+            raise ValueError("from_sequence: the sequence is empty")
+        first = seq[0]
+        has_y = isinstance(first, (tuple, list)) and len(first) == 2
+        x0 = np.asarray(first[0] if has_y else first)
+        if x_dtype is None:
+            x_dtype = np.float32 if x0.dtype == np.float64 else x0.dtype
+        if has_y and y_dtype is None:
+            y0 = np.asarray(first[1])
+            y_dtype = np.int64 if y0.dtype.kind in "iub" else y0.dtype
+        return cls.from_callback(n, lambda i: seq[i], x0.shape, x_dtype=x_dtype,
+                                 y_dtype=int64 if y_dtype is None else y_dtype, has_y=has_y)
+
     def read(self, i):
         """Sample i as NumPy arrays (x, y)."""
         dt, nd = C.c_int(), C.c_int()
@@ -107,12 +141,12 @@ class Loader:
 
     def __init__(self, dataset, batch_size=64, shuffle=False, seed=0, drop_last=False, workers=2, prefetch=2,
                  rank=0, world_size=1, device="cpu", x_dtype=float32, y_dtype=int64, crop_padding=0, hflip=False,
-                 scale=1.0, mean=None, std=None):
+                 scale=1.0, mean=None, std=None, channels_last=False):
         o = options(LoaderOptions)
         o.batch_size, o.shuffle, o.seed, o.drop_last = batch_size, shuffle, seed, drop_last
         o.workers, o.prefetch, o.rank, o.world_size = workers, prefetch, rank, world_size
         o.device, o.x_dtype, o.y_dtype = as_device(device), int(as_dtype(x_dtype)), int(as_dtype(y_dtype))
-        o.crop_padding, o.hflip, o.scale = crop_padding, hflip, scale
+        o.crop_padding, o.hflip, o.scale, o.channels_last = crop_padding, hflip, scale, channels_last
         if mean is not None:
             mean, std = list(np.atleast_1d(mean)), list(np.atleast_1d(std))
             m, s = (C.c_float * len(mean))(*mean), (C.c_float * len(std))(*std)

@@ -1,10 +1,12 @@
 """loom.Tensor: a reference to a loom tensor, its ops (as methods and
 operators), creation functions, and DLPack exchange.
 
-Ownership: Python never opens loom scopes, so every tensor a loom call makes
-belongs to the caller; the Tensor object holds that reference and releases it
-when Python collects it. Tensors borrowed from loom (a module's parameters,
-a gradient) are retained first.
+Ownership: outside a loom scope every tensor a loom call makes belongs to
+the caller; the Tensor object holds that reference and releases it when
+Python collects it. Tensors borrowed from loom (a module's parameters, a
+gradient) are retained first, and so are tensors made while a loom scope owns
+new tensors (a Python module's forward called from C, see nn/module.py):
+each Tensor object always holds a reference of its own.
 """
 import ctypes as C
 import enum
@@ -12,7 +14,7 @@ import enum
 import numpy as np
 
 from . import _dlpack
-from ._lib import Device, Error, check, check_handle, lib
+from ._lib import Device, Error, check, check_handle, lib, state
 
 
 class dtype(enum.IntEnum):
@@ -96,7 +98,7 @@ class Tensor:
 
     def __init__(self, handle, *, borrowed=False):
         check_handle(handle)
-        if borrowed:
+        if borrowed or getattr(state, "scoped", False):
             lib.loom_tensor_retain(handle)
         self._h = handle
 
@@ -122,6 +124,9 @@ class Tensor:
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
+
+    def dim(self):
+        return self.ndim
 
     @property
     def strides(self):
@@ -271,8 +276,27 @@ class Tensor:
         n, arr = _shape_arg(shape)
         return Tensor(lib.loom_reshape(self._h, n, arr))
 
-    def flatten(self):
-        return self.reshape(-1)
+    def flatten(self, start_dim=0, end_dim=-1):
+        """Merge dims start_dim..end_dim into one (a view when the strides allow)."""
+        return Tensor(lib.loom_flatten(self._h, start_dim, end_dim))
+
+    def unsqueeze(self, dim):
+        """A view with a new dimension of size 1 at dim (negative counts from the end)."""
+        n = self.ndim + 1
+        if not -n <= dim < n:
+            raise IndexError(f"unsqueeze: dim {dim} is out of range for a {self.ndim}-d tensor")
+        shape = list(self.shape)
+        shape.insert(dim % n, 1)
+        return self.reshape(shape)
+
+    def squeeze(self, dim=None):
+        """Drop dimensions of size 1 (only dim, when given)."""
+        shape = list(self.shape)
+        if dim is None:
+            return self.reshape([s for s in shape if s != 1])
+        if shape and shape[dim] == 1:
+            del shape[dim]
+        return self.reshape(shape)
 
     def transpose(self, dim0, dim1):
         return Tensor(lib.loom_transpose(self._h, dim0, dim1))
@@ -293,13 +317,23 @@ class Tensor:
         return Tensor(lib.loom_expand(self._h, n, arr))
 
     def __getitem__(self, key):
-        """Integers and slices (step >= 1) on the leading dimensions."""
+        """Integers, slices (step >= 1), None (a new dim of size 1) and one
+        ... , as in PyTorch; the result is a view."""
         if not isinstance(key, tuple):
             key = (key,)
-        t, dim, drop = self, 0, []
+        if sum(k is Ellipsis for k in key) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in key:
+            at = key.index(Ellipsis)
+            used = sum(k is not None for k in key) - 1
+            key = key[:at] + (slice(None),) * (self.ndim - used) + key[at + 1:]
+        if sum(k is not None for k in key) > self.ndim:
+            raise IndexError(f"too many indices for a {self.ndim}-d tensor")
+        t, dim, drop, new = self, 0, [], []
         for k in key:
-            if k is Ellipsis:
-                raise IndexError("loom tensors do not take ... in an index")
+            if k is None:
+                new.append(dim + len(new) - len(drop))
+                continue
             size = t.shape[dim]
             if isinstance(k, slice):
                 start, stop, step = k.indices(size)
@@ -314,8 +348,10 @@ class Tensor:
                 t = Tensor(lib.loom_slice(t._h, dim, i, i + 1, 1))
                 drop.append(dim)
             dim += 1
-        if drop:
+        if drop or new:
             shape = [s for d, s in enumerate(t.shape) if d not in drop]
+            for d in new:
+                shape.insert(d, 1)
             t = t.reshape(shape)
         return t
 
@@ -363,6 +399,15 @@ class Tensor:
     def __matmul__(self, o):
         return Tensor(lib.loom_matmul(self._h, _t(o, self)._h))
 
+    def __rmatmul__(self, o):
+        return _t(o, self) @ self
+
+    matmul = __matmul__
+    add, sub, mul, div = __add__, __sub__, __mul__, __truediv__
+
+    def pow(self, p):
+        return self ** p
+
     def exp(self):
         return Tensor(lib.loom_exp(self._h))
 
@@ -375,6 +420,17 @@ class Tensor:
     def relu(self):
         return Tensor(lib.loom_relu(self._h))
 
+    def sigmoid(self):
+        """1 / (1 + exp(-x)), as the second entry of softmax([0, x]) (no overflow, finite gradients)."""
+        z = self.unsqueeze(-1)
+        return cat([zeros(z.shape, dtype=self.dtype, device=self.device), z], -1).softmax(-1)[..., 1]
+
+    def tanh(self):
+        return (self * 2).sigmoid() * 2 - 1
+
+    def softmax(self, dim=-1):
+        return self.log_softmax(dim).exp()
+
     def sum(self, dim=None, keepdim=False):
         n, dims = _dims_arg(dim, self.ndim)
         return Tensor(lib.loom_sum(self._h, n, dims, keepdim))
@@ -386,6 +442,11 @@ class Tensor:
     def max(self, dim=None, keepdim=False):
         n, dims = _dims_arg(dim, self.ndim)
         return Tensor(lib.loom_max(self._h, n, dims, keepdim))
+
+    def min(self, dim=None, keepdim=False):
+        return -((-self).max(dim, keepdim))
+
+    amax, amin = max, min  # PyTorch's names for the values-only reductions
 
     def argmax(self, dim=-1, keepdim=False):
         return Tensor(lib.loom_argmax(self._h, dim, keepdim))
@@ -428,6 +489,24 @@ def _t(x, like=None):
     if np.isscalar(x) and like is not None:
         return full((), x, like.dtype, like.device)
     return tensor(x, device=like.device if like is not None else "cpu")
+
+
+def cat(tensors, dim=0):
+    """The tensors joined along dim (PyTorch's torch.cat): same dtype, and
+    equal sizes except in dim; differentiable."""
+    ts = [_t(x) for x in tensors]
+    if not ts:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    arr = (C.c_void_p * len(ts))(*[x.handle for x in ts])
+    return Tensor(lib.loom_cat(len(ts), arr, int(dim)))
+
+
+def stack(tensors, dim=0):
+    """The tensors (one shape) joined along a new dimension dim."""
+    ts = [_t(x) for x in tensors]
+    if not ts:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    return cat([x.unsqueeze(dim) for x in ts], dim)
 
 
 # ---- creation ---------------------------------------------------------------------------

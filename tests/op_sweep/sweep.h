@@ -190,5 +190,7 @@ void sw_case_dropout(const sw_config *c);
 void sw_case_dropout_backward(const sw_config *c);
 void sw_case_add_relu(const sw_config *c);
 void sw_case_add_relu_backward(const sw_config *c);
+/* cases_cat.c */
+void sw_case_cat(const sw_config *c);
 
 #endif
