@@ -131,8 +131,9 @@ loom_status loom_img_axis_init(loom_img_axis *a, double in0, double in1, int cli
   return LOOM_OK;
 }
 
-static inline unsigned char clip8(int64_t in) {
-  if (in >= ((int64_t)255 << PRECISION_BITS)) return 255;
+/* Sums stay in int32 as Pillow's: 2^21 + 255 * (2^22 + taps / 2) < 2^31. */
+static inline unsigned char clip8(int32_t in) {
+  if (in >= (255 << PRECISION_BITS)) return 255;
   if (in <= 0) return 0;
   return (unsigned char)(in >> PRECISION_BITS);
 }
@@ -147,11 +148,11 @@ void loom_img_resample(const unsigned char *src, int stride, int ox, int oy, con
     for (int xx = 0; xx < ow; xx++) {
       const int32_t *k = ax->k + (size_t)xx * (size_t)ax->ksize;
       const unsigned char *p = s + 3 * (ax->start[xx] - ox);
-      int64_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
       for (int x = 0; x < ax->len[xx]; x++) {
-        s0 += (int64_t)p[3 * x] * k[x];
-        s1 += (int64_t)p[3 * x + 1] * k[x];
-        s2 += (int64_t)p[3 * x + 2] * k[x];
+        s0 += p[3 * x] * k[x];
+        s1 += p[3 * x + 1] * k[x];
+        s2 += p[3 * x + 2] * k[x];
       }
       t[3 * xx] = clip8(s0);
       t[3 * xx + 1] = clip8(s1);
@@ -165,13 +166,13 @@ void loom_img_resample(const unsigned char *src, int stride, int ox, int oy, con
     const unsigned char *t0 = tmp + (size_t)(ay->start[yy] - ay->lo) * (size_t)ow * 3;
     unsigned char *d = dst + (size_t)yy * (size_t)ow;
     for (int xx = 0; xx < ow; xx++) {
-      int64_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
       const unsigned char *p = t0 + 3 * xx;
       for (int y = 0; y < ay->len[yy]; y++) {
         const unsigned char *q = p + (size_t)y * (size_t)ow * 3;
-        s0 += (int64_t)q[0] * k[y];
-        s1 += (int64_t)q[1] * k[y];
-        s2 += (int64_t)q[2] * k[y];
+        s0 += q[0] * k[y];
+        s1 += q[1] * k[y];
+        s2 += q[2] * k[y];
       }
       int ox_ = flip ? ow - 1 - xx : xx;
       d[ox_] = clip8(s0);
