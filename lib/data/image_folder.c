@@ -363,8 +363,7 @@ static loom_status read_image(imgf *f, int64_t i, uint64_t key, unsigned char *x
                           pc.ay.lo, pc.ay.hi);
   }
   if (st == LOOM_OK) {
-    const int S = f->o.image_size;
-    unsigned char *tmp = malloc((size_t)(pc.ay.hi - pc.ay.lo) * (size_t)S * 3 + 1);
+    unsigned char *tmp = aligned_alloc(64, (loom_img_resample_tmp_bytes(&pc.ax, &pc.ay) + 63) & ~(size_t)63);
     if (!tmp) st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
     else loom_img_resample(img.px, img.stride, img.ox, img.oy, &pc.ax, &pc.ay, pc.flip, tmp, x);
     free(tmp);

@@ -122,6 +122,17 @@ loom_status loom_img_axis_init(loom_img_axis *a, double in0, double in1, int cli
       double v = x < xmax && ww != 0.0 ? kd[x] / ww : 0.0;
       k[x] = (int32_t)(v < 0 ? -0.5 + v * (1 << PRECISION_BITS) : 0.5 + v * (1 << PRECISION_BITS));
     }
+    /* Every window ksize taps wide where the clip allows (zero weights pad
+     * it; sums are unchanged), so the passes run one fixed-length loop. */
+    if (ksize <= clip1 - clip0) {
+      int shift = xmin + ksize > clip1 ? xmin + ksize - clip1 : 0;
+      if (shift) {
+        memmove(k + shift, k, sizeof(int32_t) * (size_t)(ksize - shift));
+        memset(k, 0, sizeof(int32_t) * (size_t)shift);
+        xmin -= shift;
+      }
+      xmax = ksize;
+    }
     a->start[xx] = xmin;
     a->len[xx] = xmax;
     if (xmin < a->lo) a->lo = xmin;
@@ -138,46 +149,72 @@ static inline unsigned char clip8(int32_t in) {
   return (unsigned char)(in >> PRECISION_BITS);
 }
 
+/* One row of the horizontal pass; K > 0: every window is K taps. */
+static inline __attribute__((always_inline)) void hrow(const unsigned char *restrict s, unsigned char *restrict t,
+                                                       const loom_img_axis *ax, int ox, const int K) {
+  for (int xx = 0; xx < ax->out; xx++) {
+    const int32_t *k = ax->k + (size_t)xx * (size_t)ax->ksize;
+    const unsigned char *p = s + 3 * (ax->start[xx] - ox);
+    const int n = K ? K : ax->len[xx];
+    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+    for (int x = 0; x < n; x++) {
+      s0 += p[3 * x] * k[x];
+      s1 += p[3 * x + 1] * k[x];
+      s2 += p[3 * x + 2] * k[x];
+    }
+    t[3 * xx] = clip8(s0);
+    t[3 * xx + 1] = clip8(s1);
+    t[3 * xx + 2] = clip8(s2);
+  }
+}
+
+size_t loom_img_resample_tmp_bytes(const loom_img_axis *ax, const loom_img_axis *ay) {
+  /* The horizontal pass's rows, then (64-byte aligned) one row of int32 sums. */
+  size_t t = (size_t)(ay->hi - ay->lo) * (size_t)ax->out * 3;
+  return t + (-t & 63) + (size_t)ax->out * 3 * sizeof(int32_t) + 64;
+}
+
 void loom_img_resample(const unsigned char *src, int stride, int ox, int oy, const loom_img_axis *ax,
-                       const loom_img_axis *ay, bool flip, unsigned char *tmp, unsigned char *dst) {
+                       const loom_img_axis *ay, bool flip, unsigned char *restrict tmp, unsigned char *restrict dst) {
   const int ow = ax->out, oh = ay->out, rows = ay->hi - ay->lo;
-  /* Horizontal pass over the rows the vertical pass reads: tmp is HWC. */
+  /* Horizontal pass over the rows the vertical pass reads: tmp is HWC.
+   * The usual widths (3: upscaling, 5: up to 2x down, 7: 3x) get loops of a
+   * constant length the compiler unrolls. */
+  const bool uniform = ax->ksize <= 7 && ax->len[0] == ax->ksize && ax->len[ow - 1] == ax->ksize;
   for (int r = 0; r < rows; r++) {
     const unsigned char *s = src + (size_t)(ay->lo + r - oy) * (size_t)stride;
     unsigned char *t = tmp + (size_t)r * (size_t)ow * 3;
-    for (int xx = 0; xx < ow; xx++) {
-      const int32_t *k = ax->k + (size_t)xx * (size_t)ax->ksize;
-      const unsigned char *p = s + 3 * (ax->start[xx] - ox);
-      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < ax->len[xx]; x++) {
-        s0 += p[3 * x] * k[x];
-        s1 += p[3 * x + 1] * k[x];
-        s2 += p[3 * x + 2] * k[x];
-      }
-      t[3 * xx] = clip8(s0);
-      t[3 * xx + 1] = clip8(s1);
-      t[3 * xx + 2] = clip8(s2);
-    }
+    if (uniform && ax->ksize == 3) hrow(s, t, ax, ox, 3);
+    else if (uniform && ax->ksize == 5) hrow(s, t, ax, ox, 5);
+    else if (uniform && ax->ksize == 7) hrow(s, t, ax, ox, 7);
+    else hrow(s, t, ax, ox, 0);
   }
-  /* Vertical pass into CHW, mirrored when flip. */
-  const size_t plane = (size_t)ow * (size_t)oh;
+  /* Vertical pass into CHW, mirrored when flip: per output row, whole tmp
+   * rows are accumulated (contiguous, so it vectorizes), then split into
+   * the three planes. */
+  const size_t plane = (size_t)ow * (size_t)oh, rowlen = (size_t)ow * 3;
+  int32_t *restrict acc = (int32_t *)(tmp + (size_t)rows * rowlen + (-(size_t)rows * rowlen & 63));
   for (int yy = 0; yy < oh; yy++) {
     const int32_t *k = ay->k + (size_t)yy * (size_t)ay->ksize;
-    const unsigned char *t0 = tmp + (size_t)(ay->start[yy] - ay->lo) * (size_t)ow * 3;
-    unsigned char *d = dst + (size_t)yy * (size_t)ow;
-    for (int xx = 0; xx < ow; xx++) {
-      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-      const unsigned char *p = t0 + 3 * xx;
-      for (int y = 0; y < ay->len[yy]; y++) {
-        const unsigned char *q = p + (size_t)y * (size_t)ow * 3;
-        s0 += q[0] * k[y];
-        s1 += q[1] * k[y];
-        s2 += q[2] * k[y];
-      }
-      int ox_ = flip ? ow - 1 - xx : xx;
-      d[ox_] = clip8(s0);
-      d[plane + ox_] = clip8(s1);
-      d[2 * plane + ox_] = clip8(s2);
+    const unsigned char *t0 = tmp + (size_t)(ay->start[yy] - ay->lo) * rowlen;
+    for (size_t i = 0; i < rowlen; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+    for (int y = 0; y < ay->len[yy]; y++) {
+      const unsigned char *restrict q = t0 + (size_t)y * rowlen;
+      const int32_t ky = k[y];
+      for (size_t i = 0; i < rowlen; i++) acc[i] += q[i] * ky;
     }
+    unsigned char *d = dst + (size_t)yy * (size_t)ow;
+    if (!flip)
+      for (int xx = 0; xx < ow; xx++) {
+        d[xx] = clip8(acc[3 * xx]);
+        d[plane + xx] = clip8(acc[3 * xx + 1]);
+        d[2 * plane + xx] = clip8(acc[3 * xx + 2]);
+      }
+    else
+      for (int xx = 0; xx < ow; xx++) {
+        d[ow - 1 - xx] = clip8(acc[3 * xx]);
+        d[plane + ow - 1 - xx] = clip8(acc[3 * xx + 1]);
+        d[2 * plane + ow - 1 - xx] = clip8(acc[3 * xx + 2]);
+      }
   }
 }

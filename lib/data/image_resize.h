@@ -50,8 +50,9 @@ void loom_img_axis_free(loom_img_axis *a);
 /* dst (C=3 planes of ax->out x ay->out... i.e. CHW, u8) from RGB pixels:
  * source pixel (x, y) at src[(y - oy) * stride + 3 * (x - ox)], every pixel
  * the axes read present. flip mirrors the output horizontally. tmp holds
- * (ay->hi - ay->lo) * ax->out * 3 bytes. */
+ * loom_img_resample_tmp_bytes(ax, ay) bytes. */
+size_t loom_img_resample_tmp_bytes(const loom_img_axis *ax, const loom_img_axis *ay);
 void loom_img_resample(const unsigned char *src, int stride, int ox, int oy, const loom_img_axis *ax,
-                       const loom_img_axis *ay, bool flip, unsigned char *tmp, unsigned char *dst);
+                       const loom_img_axis *ay, bool flip, unsigned char *restrict tmp, unsigned char *restrict dst);
 
 #endif
