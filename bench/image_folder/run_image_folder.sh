@@ -30,7 +30,11 @@ py=${LOOM_PYTHON:-/usr/bin/python3}
 [ -x "$py" ] || py=python3
 bin=$build/bench/bench_image_folder
 [ -x "$bin" ] || { echo "run_image_folder: $bin not built (cmake --build $build --target bench_image_folder)" >&2; exit 1; }
-[ -d "$corpus" ] || "$py" "$here/make_corpus.py" "$corpus"
+if [ ! -d "$corpus" ]; then
+  # The photographs come from Debian's python3-skimage; torchvision's side needs python3-torchvision.
+  "$here/../../scripts/setup.sh" python3-skimage python3-torchvision python3-pil
+  "$py" "$here/make_corpus.py" "$corpus"
+fi
 log=$(mktemp)
 for ((r = 1; r <= rounds; r++)); do
   for mode in train eval; do

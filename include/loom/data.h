@@ -2,8 +2,9 @@
  *
  * A dataset is a length plus "read sample i into this buffer". Built-ins read
  * IDX files (MNIST, Fashion-MNIST; raw or gzip), CIFAR-10 binary batches,
+ * folders of JPEG/PNG images (decoded per read, in the loader's workers),
  * in-memory arrays, and user callbacks (the path language bindings use).
- * Every file is validated in full when it is opened: a malformed file gives
+ * Every IDX/CIFAR file is validated in full when it is opened: a malformed file gives
  * LOOM_ERR_FORMAT with a message naming the file and the problem, a missing
  * or unreadable one LOOM_ERR_IO; nothing crashes and no allocation is made
  * from a size the file merely claims before the real data confirms it.
