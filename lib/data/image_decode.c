@@ -48,6 +48,7 @@ bool loom_img_supported(loom_img_format f) {
   return false;
 }
 
+#ifdef LOOM_HAVE_JPEG
 /* The plan, checked and clamped to a scaled image of w x h. */
 static void plan_clamp(loom_img_plan *p, int w, int h) {
   if (p->x0 < 0) p->x0 = 0;
@@ -59,7 +60,6 @@ static void plan_clamp(loom_img_plan *p, int w, int h) {
 }
 
 /* ---- JPEG ------------------------------------------------------------------------ */
-#ifdef LOOM_HAVE_JPEG
 typedef struct jerr {
   struct jpeg_error_mgr pub;
   jmp_buf jb;
@@ -116,11 +116,10 @@ static loom_status jpeg_decode(const unsigned char *buf, size_t len, const char 
     case JCS_GRAYSCALE: case JCS_YCbCr: case JCS_RGB: ci.out_color_space = JCS_RGB; break;
     case JCS_CMYK: case JCS_YCCK: ci.out_color_space = JCS_CMYK; cmyk = true; break;
     default: {
-      int cs = (int)ci.jpeg_color_space;
+      int cs = (int)ci.jpeg_color_space, nc = ci.num_components;
       jpeg_destroy_decompress(&ci);
       return loom_set_error(LOOM_ERR_UNSUPPORTED, "'%s': JPEG colour space %d with %d components is not supported "
-                            "(greyscale, YCbCr, RGB, CMYK and YCCK are); convert the file to RGB", path, cs,
-                            ci.num_components);
+                            "(greyscale, YCbCr, RGB, CMYK and YCCK are); convert the file to RGB", path, cs, nc);
     }
   }
   loom_img_plan p = {1, 0, 0, (int)ci.image_width, (int)ci.image_height};

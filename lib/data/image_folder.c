@@ -148,7 +148,7 @@ static loom_status scan_class(const char *cdir, int32_t label, strvec *paths, in
   for (size_t i = 0; st == LOOM_OK && i < dirs.n; i++) {
     strvec files = {0};
     st = list_dir(dirs.v[i], NULL, &files);
-    if (st == LOOM_OK) qsort(files.v, files.n, sizeof *files.v, cmp_str);
+    if (st == LOOM_OK && files.n > 1) qsort(files.v, files.n, sizeof *files.v, cmp_str);
     for (size_t k = 0; st == LOOM_OK && k < files.n; k++) {
       st = sv_push(paths, join(dirs.v[i], files.v[k]));
       if (st == LOOM_OK && paths->n > *lcap) {
@@ -188,7 +188,7 @@ static loom_status scan_root(imgf *f, strvec *paths) {
                         f->root);
   if (st == LOOM_OK && classes.n > INT32_MAX)
     st = loom_set_error(LOOM_ERR_FORMAT, "image folder: '%s' has too many class folders", f->root);
-  if (st == LOOM_OK) qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
+  if (st == LOOM_OK && classes.n > 1) qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
   size_t lcap = 0;
   for (size_t c = 0; st == LOOM_OK && c < classes.n; c++) {
     size_t before = paths->n;
