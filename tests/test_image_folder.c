@@ -155,6 +155,8 @@ Test(image_folder, classes_and_files_come_in_torchvisions_order) {
   png_at("r/b/sub/m.png", 40, 30, 3);
   png_at("r/b/sub-x/k.Png", 40, 30, 4);
   jpeg_at("r/b/sub/deep/q.jpg", 40, 30, 7);
+  png_at("r/b/a/z/w.png", 40, 30, 8);
+  jpeg_at("r/b/c/v.jpg", 40, 30, 9);
   jpeg_at("r/a/only.jpg", 40, 30, 5);
   jpeg_at("r/C/x.jpeg", 40, 30, 6);
   char p[600];
@@ -170,13 +172,14 @@ Test(image_folder, classes_and_files_come_in_torchvisions_order) {
   cr_assert_str_eq(loom_image_folder_class_name(ds, 1), "a");
   cr_assert_str_eq(loom_image_folder_class_name(ds, 2), "b");
   cr_assert_null(loom_image_folder_class_name(ds, 3));
-  /* sorted(os.walk()) orders directories by path: "b/sub" < "b/sub-x" <
-   * "b/sub/deep" ('-' < '/'), which a depth-first walk would not. */
-  const char *want[] = {"C/x.jpeg",    "a/only.jpg",    "b/a.JPEG",          "b/z.jpg",
+  /* sorted(os.walk()) orders directories by path: "b/a/z" < "b/c" (which a
+   * breadth-first walk would not) and "b/sub" < "b/sub-x" < "b/sub/deep"
+   * ('-' < '/'; which a depth-first walk would not). */
+  const char *want[] = {"C/x.jpeg",    "a/only.jpg",    "b/a.JPEG",          "b/z.jpg", "b/a/z/w.png", "b/c/v.jpg",
                         "b/sub/m.png", "b/sub-x/k.Png", "b/sub/deep/q.jpg"};
-  const int labels[] = {0, 1, 2, 2, 2, 2, 2};
-  cr_assert_eq(loom_dataset_length(ds), 7);
-  for (int i = 0; i < 7; i++) {
+  const int labels[] = {0, 1, 2, 2, 2, 2, 2, 2, 2};
+  cr_assert_eq(loom_dataset_length(ds), 9);
+  for (int i = 0; i < 9; i++) {
     char full[600];
     snprintf(full, sizeof full, "%s/r/%s", g_dir, want[i]);
     cr_assert_str_eq(loom_image_folder_path(ds, i), full, "sample %d", i);
