@@ -579,11 +579,12 @@ typedef struct epoch_bytes {
   int64_t n;
 } epoch_bytes;
 
-static epoch_bytes run_epoch(loom_dataset *ds, int workers, int prefetch, int rank, int world, int64_t epoch) {
+static epoch_bytes run_epoch_ex(loom_dataset *ds, int workers, int prefetch, int rank, int world, int64_t epoch,
+                                bool shuffle) {
   loom_loader_options lo;
   loom_loader_options_init(&lo);
   lo.batch_size = 3;
-  lo.shuffle = true;
+  lo.shuffle = shuffle;
   lo.seed = 11;
   lo.workers = workers;
   lo.prefetch = prefetch;
@@ -602,7 +603,7 @@ static epoch_bytes run_epoch(loom_dataset *ds, int workers, int prefetch, int ra
     if (!x) break;
     cr_assert(loom_tensor_is_channels_last(x), "NHWC batches");
     int64_t b = loom_tensor_dim(x, 0);
-    loom_tensor *xc = loom_contiguous(x);
+    loom_tensor *xc = loom_contiguous(x); /* back to CHW per sample */
     memcpy(e.x + e.n * per, loom_tensor_data(xc), b * per);
     memcpy(e.y + e.n, loom_tensor_data(y), sizeof(int64_t) * (size_t)b);
     loom_tensor_release(xc);
@@ -612,6 +613,10 @@ static epoch_bytes run_epoch(loom_dataset *ds, int workers, int prefetch, int ra
   }
   loom_loader_free(l);
   return e;
+}
+
+static epoch_bytes run_epoch(loom_dataset *ds, int workers, int prefetch, int rank, int world, int64_t epoch) {
+  return run_epoch_ex(ds, workers, prefetch, rank, world, epoch, true);
 }
 
 Test(image_folder, batches_do_not_depend_on_workers_and_shard_by_rank) {
@@ -632,10 +637,18 @@ Test(image_folder, batches_do_not_depend_on_workers_and_shard_by_rank) {
     cr_assert(!memcmp(e.y, ref.y, sizeof(int64_t) * (size_t)e.n));
     free(e.x), free(e.y);
   }
-  /* Another epoch draws other crops. */
-  epoch_bytes e2 = run_epoch(ds, 2, 2, 0, 1, 2);
-  cr_assert(memcmp(e2.x, ref.x, per * (size_t)e2.n), "epoch 2 differs from epoch 1");
-  free(e2.x), free(e2.y);
+  /* Another epoch draws other crops: in the same (unshuffled) order, every
+   * sample differs. */
+  epoch_bytes u1 = run_epoch_ex(ds, 2, 2, 0, 1, 1, false), u2 = run_epoch_ex(ds, 1, 2, 0, 1, 2, false);
+  for (int64_t i = 0; i < u1.n; i++)
+    cr_assert(memcmp(u1.x + i * per, u2.x + i * per, per), "sample %lld: epoch 2's crop differs from epoch 1's",
+              (long long)i);
+  /* And a batch sample is the dataset read with the loader's key. */
+  unsigned char *one = malloc(per);
+  cr_assert_eq(loom_dataset_read_keyed(ds, 1, loom_data_sample_key(11, 2, 1), one, NULL), LOOM_OK);
+  cr_assert(!memcmp(u2.x + per, one, per), "sample 1 of epoch 2 is the dataset's read with key (11, 2, 1)");
+  free(one);
+  free(u1.x), free(u1.y), free(u2.x), free(u2.y);
   /* Two ranks: disjoint halves that together hold every label once more. */
   epoch_bytes r0 = run_epoch(ds, 2, 2, 0, 2, 1), r1 = run_epoch(ds, 1, 2, 1, 2, 1);
   cr_assert_eq(r0.n + r1.n, ref.n + (ref.n % 2), "ranks cover the epoch (padded to even)");
