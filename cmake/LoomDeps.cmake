@@ -82,6 +82,45 @@ else()
   message(STATUS "loom: jansson not found (Debian: libjansson-dev): safetensors checkpoints disabled")
 endif()
 
+# --- JPEG / PNG (the image-folder dataset's decoders) -------------------------
+# libjpeg-turbo's libjpeg API (Debian: libjpeg62-turbo-dev; DCT scaling,
+# jpeg_skip_scanlines and jpeg_crop_scanline need libjpeg-turbo >= 1.5) and
+# libpng (libpng-dev). LOOM_IMAGE=AUTO uses what is found, ON requires both,
+# OFF builds without: loom_dataset_image_folder_open then says what to
+# install. Linked by path, like jansson.
+set(LOOM_IMAGE AUTO CACHE STRING "JPEG/PNG decoding for image folders (libjpeg-turbo, libpng): AUTO, ON or OFF")
+set(LOOM_HAVE_JPEG OFF)
+set(LOOM_HAVE_PNG OFF)
+if(NOT LOOM_IMAGE STREQUAL "OFF")
+  find_path(LOOM_JPEG_INCLUDE jpeglib.h)
+  find_library(LOOM_JPEG_LIB NAMES jpeg)
+  if(LOOM_JPEG_INCLUDE AND LOOM_JPEG_LIB)
+    include(CheckSymbolExists)
+    set(CMAKE_REQUIRED_INCLUDES ${LOOM_JPEG_INCLUDE})
+    set(CMAKE_REQUIRED_LIBRARIES ${LOOM_JPEG_LIB})
+    check_symbol_exists(jpeg_crop_scanline "stdio.h;jpeglib.h" LOOM_JPEG_HAS_CROP)
+    unset(CMAKE_REQUIRED_INCLUDES)
+    unset(CMAKE_REQUIRED_LIBRARIES)
+    if(LOOM_JPEG_HAS_CROP)
+      set(LOOM_HAVE_JPEG ON)
+    endif()
+  endif()
+  find_path(LOOM_PNG_INCLUDE png.h)
+  find_library(LOOM_PNG_LIB NAMES png16 png)
+  if(LOOM_PNG_INCLUDE AND LOOM_PNG_LIB)
+    set(LOOM_HAVE_PNG ON)
+  endif()
+  if(LOOM_IMAGE STREQUAL "ON" AND NOT (LOOM_HAVE_JPEG AND LOOM_HAVE_PNG))
+    message(FATAL_ERROR "LOOM_IMAGE=ON but libjpeg-turbo (libjpeg62-turbo-dev) or libpng (libpng-dev) was not found")
+  endif()
+  if(NOT LOOM_HAVE_JPEG)
+    message(STATUS "loom: libjpeg-turbo not found (Debian: libjpeg62-turbo-dev): image folders without JPEG")
+  endif()
+  if(NOT LOOM_HAVE_PNG)
+    message(STATUS "loom: libpng not found (Debian: libpng-dev): image folders without PNG")
+  endif()
+endif()
+
 # --- DLPack header ----------------------------------------------------------
 # Debian's libdlpack-dev (0.6 on Debian 12). Without it lib/io/dlpack_abi.h
 # declares the same ABI itself; DLManagedTensorVersioned (DLPack >= 1.0) is

@@ -10,6 +10,9 @@ LOOM_APT_PACKAGES=(build-essential cmake pkg-config zlib1g-dev libopenblas-dev l
 LOOM_APT_PACKAGES+=(clang)
 # tests/test_resnet_conformance.c compares the ResNets with torchvision's.
 LOOM_APT_PACKAGES+=(python3-torchvision)
+# lib/data's image folders decode JPEG (libjpeg-turbo) and PNG (libpng); the
+# image-folder test checks against PIL.
+LOOM_APT_PACKAGES+=(libjpeg62-turbo-dev libpng-dev python3-pil)
 # lib/dist's MPI back end and its multi-process tests (tests/dist).
 LOOM_APT_PACKAGES+=(libopenmpi-dev openmpi-bin)
 

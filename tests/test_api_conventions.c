@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "support/testkit.h"
 
@@ -282,6 +283,26 @@ static loom_status call_loader_new(const void *o) {
   loom_loader_free(l);
   return ok_or_last(l);
 }
+FILL(image_folder, loom_image_folder_options, loom_image_folder_options_init(o))
+/* A folder with one class of one file (opening lists files; nothing is decoded). */
+static loom_status call_image_folder_open(const void *o) {
+  char root[300], path[340];
+  snprintf(root, sizeof root, "%s/images", g_dir);
+  mkdir(root, 0755);
+  snprintf(path, sizeof path, "%s/c", root);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%s/c/x.jpg", root);
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  fclose(f);
+  loom_dataset *ds = loom_dataset_image_folder_open(root, o);
+  loom_dataset_release(ds);
+  loom_status st = ok_or_last(ds);
+  /* A build without libjpeg/libpng checks the struct, then says so. */
+  if (st == LOOM_ERR_UNSUPPORTED && !loom_image_folder_supports("jpeg") && !loom_image_folder_supports("png"))
+    return LOOM_OK;
+  return st;
+}
 static loom_status call_dataset_callback(const void *o) {
   loom_dataset *ds = loom_dataset_callback(o);
   loom_dataset_release(ds);
@@ -334,6 +355,7 @@ static const in_case IN_CASES[] = {
   IN(ddp_new, ddp, loom_ddp_options, true, NULL),
   IN(loader_new, loader, loom_loader_options, true, NULL),
   IN(dataset_callback, callbacks, loom_dataset_callbacks, false, "read function is NULL"),
+  IN(image_folder_open, image_folder, loom_image_folder_options, true, NULL),
   IN(checkpoint_save, train_state, loom_train_state, false, "model is NULL"),
   IN(checkpoint_restore, train_state, loom_train_state, false, "model is NULL"),
   IN(set_pycapsule_api, pycapsule, loom_pycapsule_api, false, "all four functions"),

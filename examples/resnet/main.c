@@ -1,6 +1,7 @@
 /* loom-resnet — trains a ResNet with loom: CIFAR-style ResNet-20/56 or
- * ImageNet-style ResNet-18/50 on Fashion-MNIST IDX files (the default) or
- * CIFAR-10 binary batches, SGD with Nesterov momentum and weight decay on
+ * ImageNet-style ResNet-18/50 on Fashion-MNIST IDX files (the default),
+ * CIFAR-10 binary batches or an ImageFolder of JPEG/PNG photos (DIR/train and
+ * DIR/val, the ImageNet layout; ResNet-50 at 224x224 by default), SGD with Nesterov momentum and weight decay on
  * conv/fc weights only (BN parameters and biases in a second group without
  * it), a one-cycle (default), cosine, step or constant schedule, random crop
  * + flip augmentation, channels-last batches straight from the loader, mixed
@@ -8,7 +9,7 @@
  * line. --synthetic CxHxW --steps N times N training steps on random data
  * after a warm-up (as timm's benchmark does) and prints samples_per_sec=.
  *
- *   loom-resnet [--data DIR] [--model resnet20|resnet56|resnet18|resnet50|...]
+ *   loom-resnet [--data DIR] [--model resnet20|resnet56|resnet18|resnet50|...] [--image-size N]
  *               [--epochs N] [--batch B] [--lr X] [--wd X] [--schedule onecycle|cosine|step|constant]
  *               [--device auto|cpu|cuda[:N]] [--precision fp32|fp16|bf16] [--format auto|nhwc|nchw]
  *               [--seed S] [--threads T] [--workers W] [--shortcut A|B] [--no-augment]
@@ -49,6 +50,7 @@
 #include "../common/graph_step.h"
 #include "../common/observe.h"
 #include "../common/session.h"
+#include "image_folder.h"
 
 /* Progress lines: every 50 steps off a terminal. */
 static const cli_progress_style PROGRESS = {50, 7, 1};
@@ -56,6 +58,8 @@ static const cli_progress_style PROGRESS = {50, 7, 1};
 typedef struct options {
   const char *data, *model, *device, *schedule, *csv;
   int epochs, threads, workers, quiet, memory_stats, augment;
+  int model_set;        /* --model given (an image folder defaults to resnet50) */
+  int image_size;       /* --image-size N: the crop of image-folder data (224) */
   const char *save_dir; /* --save DIR */
   int64_t save_every;   /* --save-every N */
   int64_t max_steps;    /* --max-steps N: stop after global step N (0: run every epoch) */
@@ -86,8 +90,11 @@ static void usage(FILE *f) {
           "                   [--train-limit N] [--test-limit N] [--csv FILE] [--memory-stats] [--quiet]\n"
           "                   [--synthetic CxHxW --steps N [--warmup N]]\n"
           "                   [--save DIR [--save-every N] [--resume]] [--max-steps N] [--gpus all|N] [--scale-lr]\n"
-          "                   [--checkpoint-every N] [--cuda-graph]\n"
-          "Trains a ResNet on DIR: CIFAR-10 binary batches when it holds data_batch_*.bin, IDX files\n"
+          "                   [--checkpoint-every N] [--cuda-graph] [--image-size N]\n"
+          "Trains a ResNet on DIR: an ImageFolder when it holds train/ and val/ (class folders of JPEG/PNG\n"
+          "images, the ImageNet layout: resnet50 by default, --image-size N crops (224), classes from the\n"
+          "folders, torchvision's RandomResizedCrop + flip for training and Resize + CenterCrop to evaluate),\n"
+          "CIFAR-10 binary batches when it holds data_batch_*.bin, IDX files\n"
           "(Fashion-MNIST, MNIST) otherwise (default /usr/share/datasets/fashion-mnist).\n"
           "Defaults: resnet20 (option-A shortcut for CIFAR-style nets), 30 epochs, batch 128, SGD Nesterov\n"
           "momentum 0.9, lr 0.1 (one-cycle peak), weight decay 5e-4 on conv/fc weights, random crop (pad 2 for\n"
@@ -120,7 +127,8 @@ static int parse_f(const char *flag, const char *s, double lo, double *out) {
 static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.data = "/usr/share/datasets/fashion-mnist", .model = "resnet20", .device = "auto",
                  .schedule = "onecycle", .epochs = 30, .workers = 2, .augment = 1, .batch = 128, .warmup = 5,
-                 .lr = 0.1, .wd = 5e-4, .seed = 42, .format = -1, .shortcut = LOOM_SHORTCUT_ZERO_PAD};
+                 .lr = 0.1, .wd = 5e-4, .seed = 42, .format = -1, .shortcut = LOOM_SHORTCUT_ZERO_PAD,
+                 .image_size = 224};
   observe_opts_default(&o->obs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -144,7 +152,8 @@ static int parse_args(int argc, char **argv, options *o) {
     const char *v = argv[++i];
     int64_t n;
     if (!strcmp(a, "--data")) o->data = v;
-    else if (!strcmp(a, "--model")) o->model = v;
+    else if (!strcmp(a, "--model")) o->model = v, o->model_set = 1;
+    else if (!strcmp(a, "--image-size")) { if (!parse_i64(a, v, 8, &n) || n > 4096) return 0; o->image_size = (int)n; }
     else if (!strcmp(a, "--device")) o->device = v;
     else if (!strcmp(a, "--csv")) o->csv = v;
     else if (!strcmp(a, "--save")) o->save_dir = v;
@@ -394,17 +403,35 @@ static int synthetic(const options *o, trainer *t, int64_t classes, loom_device 
 /* The training and test loaders (NULL, NULL with --synthetic). Sets the
  * model's input channels and *cifar. Returns 0, or 1 after printing why. */
 static int open_data(const options *o, loom_device dev, int rank, int world, loom_loader **train, loom_loader **test,
-                     int64_t *in_channels, int *cifar) {
-  *cifar = is_cifar_dir(o->data);
-  loom_dataset *train_ds = *cifar ? open_cifar(o->data, 1) : open_idx(o->data, "train");
-  if (!train_ds) return loom_last_status() ? fail("training data") : 1;
-  loom_dataset *test_ds = *cifar ? open_cifar(o->data, 0) : open_idx(o->data, "t10k");
+                     int64_t *in_channels, int64_t *num_classes, int *cifar, int *images) {
+  *images = imgf_is_root(o->data);
+  *cifar = !*images && is_cifar_dir(o->data);
+  loom_dataset *train_ds = *images  ? imgf_open(o->data, 1, o->image_size, o->augment, o->train_limit)
+                           : *cifar ? open_cifar(o->data, 1)
+                                    : open_idx(o->data, "train");
+  if (!train_ds) return *images ? 1 : loom_last_status() ? fail("training data") : 1;
+  loom_dataset *test_ds = *images  ? imgf_open(o->data, 0, o->image_size, 0, o->test_limit)
+                          : *cifar ? open_cifar(o->data, 0)
+                                   : open_idx(o->data, "t10k");
   if (!test_ds) {
     loom_dataset_release(train_ds);
-    return loom_last_status() ? fail("test data") : 1;
+    return *images ? 1 : loom_last_status() ? fail("test data") : 1;
   }
-  train_ds = datasets_head(train_ds, o->train_limit);
-  test_ds = datasets_head(test_ds, o->test_limit);
+  *num_classes = 10;
+  if (*images) {
+    *num_classes = loom_image_folder_num_classes(train_ds);
+    if (loom_image_folder_num_classes(test_ds) != *num_classes) {
+      fprintf(stderr, "loom-resnet: %s/train has %lld classes but %s/val has %lld\n", o->data,
+              (long long)*num_classes, o->data, (long long)loom_image_folder_num_classes(test_ds));
+      loom_dataset_release(train_ds);
+      loom_dataset_release(test_ds);
+      return 1;
+    }
+  } else {
+    /* Image folders are decoded per read: they are cut by a file list instead. */
+    train_ds = datasets_head(train_ds, o->train_limit);
+    test_ds = datasets_head(test_ds, o->test_limit);
+  }
   loom_dtype xd;
   int nd = 0, rc = 0;
   int64_t xs[LOOM_MAX_DIMS];
@@ -423,6 +450,7 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
     /* Per-channel statistics after scaling to [0, 1]. */
     static const float fm_mean[1] = {0.2860f}, fm_std[1] = {0.3530f};
     static const float c_mean[3] = {0.4914f, 0.4822f, 0.4465f}, c_std[3] = {0.2470f, 0.2435f, 0.2616f};
+    static const float in_mean[3] = {0.485f, 0.456f, 0.406f}, in_std[3] = {0.229f, 0.224f, 0.225f};
     loom_loader_options lo;
     loom_loader_options_init(&lo);
     lo.batch_size = o->batch;
@@ -433,14 +461,15 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
     lo.prefetch = 4;
     lo.device = dev;
     lo.scale = 1.0f / 255.0f;
-    lo.mean = *cifar ? c_mean : fm_mean;
-    lo.std = *cifar ? c_std : fm_std;
-    lo.norm_channels = *cifar ? 3 : 1;
+    lo.mean = *images ? in_mean : *cifar ? c_mean : fm_mean;
+    lo.std = *images ? in_std : *cifar ? c_std : fm_std;
+    lo.norm_channels = *images || *cifar ? 3 : 1;
     lo.rank = rank; /* each rank its shard of the epoch */
     lo.world_size = world;
     /* The loader writes samples in the model's layout (1-channel images are both). */
     lo.channels_last = nd == 3 && o->format == LOOM_FORMAT_NHWC;
-    if (o->augment) {
+    /* Image folders crop and flip in the dataset (RandomResizedCrop). */
+    if (o->augment && !*images) {
       lo.crop_padding = height >= 32 ? 4 : 2;
       lo.hflip = true;
     }
@@ -449,7 +478,7 @@ static int open_data(const options *o, loom_device dev, int rank, int world, loo
     lo.drop_last = false;
     lo.crop_padding = 0;
     lo.hflip = false;
-    lo.batch_size = 500;
+    lo.batch_size = *images ? o->batch : 500; /* 224x224 f32 batches of 500 would be 300 MB each */
     lo.rank = 0; /* every rank evaluates the whole test set (the models are identical) */
     lo.world_size = 1;
     *test = loom_loader_new(test_ds, &lo);
@@ -469,6 +498,7 @@ static int train(options o, loom_comm *comm) {
   loom_device_str(dev, devname, sizeof devname);
   if (!strcmp(o.device, "auto") && dev.kind == LOOM_CPU && !o.quiet)
     printf("device: cpu (CUDA unavailable: %s)\n", loom_cuda_unavailable_reason());
+  if (!o.model_set && !o.syn[0] && imgf_is_root(o.data)) o.model = "resnet50"; /* ImageNet's */
   loom_resnet_arch arch;
   if (loom_resnet_parse(o.model, &arch) != LOOM_OK) return fail("--model");
   if (o.format < 0) o.format = LOOM_FORMAT_NHWC;
@@ -480,8 +510,8 @@ static int train(options o, loom_comm *comm) {
   loom_resnet_options ro;
   loom_resnet_options_init(&ro, arch);
   int64_t in_channels = o.syn[0] ? o.syn[0] : 1, num_classes = o.syn[0] ? ro.num_classes : 10;
-  int cifar = 0;
-  if (!o.syn[0] && open_data(&o, dev, rank, world, &train, &test, &in_channels, &cifar)) {
+  int cifar = 0, images = 0;
+  if (!o.syn[0] && open_data(&o, dev, rank, world, &train, &test, &in_channels, &num_classes, &cifar, &images)) {
     loom_loader_free(train);
     loom_loader_free(test);
     return 1;
@@ -545,8 +575,12 @@ static int train(options o, loom_comm *comm) {
   if (o.scale_lr) sched = loom_lr_scale_for_world(sched, world, steps_per_epoch);
   if (!o.quiet)
     printf("data: %s (%s), %lld training steps/epoch, schedule %s (peak lr %g%s), augmentation %s\n", o.data,
-           cifar ? "CIFAR-10 binary" : "IDX", (long long)steps_per_epoch, o.schedule, sched.base_lr,
-           o.scale_lr && world > 1 ? ", scaled by the world size" : "", o.augment ? "crop+flip" : "off");
+           images ? "ImageFolder, JPEG/PNG decoded by the loader's workers" : cifar ? "CIFAR-10 binary" : "IDX",
+           (long long)steps_per_epoch, o.schedule, sched.base_lr, o.scale_lr && world > 1 ? ", scaled by the world size" : "",
+           !o.augment ? "off" : images ? "RandomResizedCrop+flip" : "crop+flip");
+  if (!o.quiet && images)
+    printf("images: %lld classes, %dx%d crops (eval: resize %d, center crop), %d loader workers\n",
+           (long long)num_classes, o.image_size, o.image_size, (o.image_size * 256 + 112) / 224, o.workers);
 
   /* Checkpoints: every rank restores the same file, rank 0 writes it. */
   loom_train_state ckpt = {.struct_size = sizeof ckpt, .model = model, .optimizer = t.opt, .scaler = t.scaler,

@@ -2,8 +2,9 @@
  *
  * A dataset is a length plus "read sample i into this buffer". Built-ins read
  * IDX files (MNIST, Fashion-MNIST; raw or gzip), CIFAR-10 binary batches,
+ * folders of JPEG/PNG images (decoded per read, in the loader's workers),
  * in-memory arrays, and user callbacks (the path language bindings use).
- * Every file is validated in full when it is opened: a malformed file gives
+ * Every IDX/CIFAR file is validated in full when it is opened: a malformed file gives
  * LOOM_ERR_FORMAT with a message naming the file and the problem, a missing
  * or unreadable one LOOM_ERR_IO; nothing crashes and no allocation is made
  * from a size the file merely claims before the real data confirms it.
@@ -117,6 +118,71 @@ LOOM_API loom_status loom_dataset_y_info(const loom_dataset *ds, bool *has_y, lo
 LOOM_API loom_status loom_dataset_read(loom_dataset *ds, int64_t i, void *x_buf, void *y_buf);
 /* Drop the caller's reference (loaders keep their own). NULL is a no-op. */
 LOOM_API void loom_dataset_release(loom_dataset *ds);
+
+/* ---- image folders (JPEG / PNG) ------------------------------------------- */
+/* torchvision's ImageFolder: ROOT/<class>/.../<image>.{jpg,jpeg,png} (any
+ * case), classes from the sub-directory names in sorted order, files sorted
+ * as torchvision lists them (directories walked in sorted order, links
+ * followed). Or a file list instead of a scan. Images are decoded when
+ * samples are read (in the loader's workers; nothing is preloaded) and
+ * transformed as torchvision's ImageNet recipe: sample x is u8 [3, S, S]
+ * (RGB planes; the loader's channels_last option makes batches NHWC, and its
+ * scale/mean/std/x_dtype fuse normalization and the cast into its copy),
+ * y is i32, the class.
+ *  - LOOM_IMAGE_TRAIN: RandomResizedCrop(S, scale, ratio) + horizontal flip
+ *    (p = 0.5), drawn from (loader seed, epoch, sample index) — the same
+ *    whatever the worker count. A read outside a loader uses seed 0, epoch 0.
+ *  - LOOM_IMAGE_EVAL: Resize(resize_size) + CenterCrop(S).
+ * Resampling is Pillow's antialiased bilinear; JPEGs are decoded by
+ * libjpeg-turbo at 1/2, 1/4 or 1/8 scale in the DCT when the crop still has
+ * S pixels per side there (dct_scaling), and only the rows and columns the
+ * crop needs. Greyscale and CMYK JPEGs, palette / grey / 16-bit / alpha PNGs
+ * become RGB (as PIL's convert("RGB")); EXIF orientation is not applied (as
+ * torchvision's loader). A corrupt, truncated or unreadable file is an
+ * error naming it (LOOM_ERR_FORMAT / LOOM_ERR_IO) at the batch that reads
+ * it — or, with skip_bad, it is counted (loom_image_folder_bad_files; the
+ * loader logs the count at the end of each epoch that found new ones) and
+ * the sample is replaced by the next good one. A build without libjpeg /
+ * libpng returns LOOM_ERR_UNSUPPORTED saying what to install. */
+typedef enum loom_image_mode {
+  LOOM_IMAGE_TRAIN = 0, /* RandomResizedCrop + flip */
+  LOOM_IMAGE_EVAL = 1,  /* Resize + CenterCrop */
+} loom_image_mode;
+
+typedef struct loom_image_folder_options {
+  size_t struct_size;       /* sizeof(loom_image_folder_options) */
+  loom_image_mode mode;     /* LOOM_IMAGE_TRAIN */
+  int image_size;           /* S, the square crop's side (224) */
+  int resize_size;          /* eval: the shorter side before the crop; >= image_size (256) */
+  float scale_min, scale_max; /* train: crop area fraction (0.08, 1) */
+  float ratio_min, ratio_max; /* train: crop aspect ratio w/h (3/4, 4/3) */
+  bool hflip;               /* train: random horizontal flip (true) */
+  bool dct_scaling;         /* decode JPEGs at 1/2..1/8 when the crop allows (true) */
+  bool skip_bad;            /* count and replace bad images instead of failing (false) */
+  const char *file_list;    /* NULL: scan root. Else a text file of "path label"
+                               lines (path relative to root unless absolute; label
+                               a class number; blank lines and # comments skipped) */
+  int num_classes;          /* with file_list: 0 = largest label + 1 */
+} loom_image_folder_options;
+
+/* Sets struct_size and every default (noted beside each field). */
+LOOM_API void loom_image_folder_options_init(loom_image_folder_options *o);
+/* Open root (o NULL: the defaults). Lists the files only; images are read
+ * by the loader. NULL + error: no class folder, a class with no image
+ * (naming it), an unreadable directory or list, a bad list line (naming the
+ * line), bad options, or no JPEG/PNG support in this build. */
+LOOM_API loom_dataset *loom_dataset_image_folder_open(const char *root, const loom_image_folder_options *o);
+/* Whether this build decodes "jpeg" / "png" (other names: false). */
+LOOM_API bool loom_image_folder_supports(const char *format);
+/* Number of classes; the name of class k (its folder; NULL for file lists or
+ * k out of range); the file of sample i (NULL if out of range). The strings
+ * live as long as the dataset. */
+LOOM_API int64_t loom_image_folder_num_classes(const loom_dataset *ds);
+LOOM_API const char *loom_image_folder_class_name(const loom_dataset *ds, int64_t k);
+LOOM_API const char *loom_image_folder_path(const loom_dataset *ds, int64_t i);
+/* Distinct bad files met so far (skip_bad), and *first the message of the
+ * first one (or NULL; lives as long as the dataset). Either may be NULL. */
+LOOM_API loom_status loom_image_folder_bad_files(loom_dataset *ds, int64_t *count, const char **first);
 
 /* ---- loader -------------------------------------------------------------- */
 typedef struct loom_loader_options {

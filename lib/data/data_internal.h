@@ -28,6 +28,11 @@ struct loom_dataset {
   /* Implementation. read must be safe to call concurrently unless serialize. */
   loom_status (*read)(loom_dataset *ds, int64_t i, void *x, void *y);
   void (*destroy)(loom_dataset *ds);
+  /* Datasets whose samples are random (the image folder's crops): read with
+   * the loader's per-(seed, epoch, index) key. NULL: read is used. */
+  loom_status (*read_keyed)(loom_dataset *ds, int64_t i, uint64_t key, void *x, void *y);
+  /* Called by the loader when an epoch's last batch was delivered (may be NULL). */
+  void (*epoch_end)(loom_dataset *ds, int64_t epoch);
   void *impl;
   bool serialize;
   pthread_mutex_t lock;       /* taken around read when serialize */
@@ -39,6 +44,16 @@ struct loom_dataset {
 loom_dataset *loom_dataset_memory_owned(void *x, loom_dtype x_dtype, int x_ndim, const int64_t *x_shape,
                                         void *y, loom_dtype y_dtype, int64_t n, const char *name);
 loom_dataset *loom_dataset_retain(loom_dataset *ds);
+/* A dataset header with the common checks; the caller sets impl, read
+ * (and read_keyed, epoch_end) and destroy. NULL + error. */
+loom_dataset *loom_dataset_internal_new(const char *who, loom_dtype x_dtype, int x_ndim, const int64_t *x_shape,
+                                        bool has_y, loom_dtype y_dtype, int64_t n);
+/* loom_dataset_read with the randomness key of a loader sample; datasets
+ * without read_keyed ignore it. loom_dataset_read uses the key of seed 0,
+ * epoch 0. */
+loom_status loom_dataset_read_keyed(loom_dataset *ds, int64_t i, uint64_t key, void *x_buf, void *y_buf);
+/* The key of sample idx in epoch `epoch` of a loader seeded `seed`. */
+uint64_t loom_data_sample_key(uint64_t seed, int64_t epoch, int64_t idx);
 
 /* Read a whole file (gzip or raw, detected by its magic bytes) into a fresh
  * malloc'd buffer, refusing more than max_bytes. Growth follows the data

@@ -63,6 +63,11 @@ static loom_dataset *ds_new(const char *who, loom_dtype x_dtype, int x_ndim, con
   return ds;
 }
 
+loom_dataset *loom_dataset_internal_new(const char *who, loom_dtype x_dtype, int x_ndim, const int64_t *x_shape,
+                                        bool has_y, loom_dtype y_dtype, int64_t n) {
+  return ds_new(who, x_dtype, x_ndim, x_shape, has_y, y_dtype, n);
+}
+
 /* ---- in-memory ----------------------------------------------------------- */
 typedef struct mem_impl {
   const unsigned char *x, *y;
@@ -228,7 +233,15 @@ loom_status loom_dataset_y_info(const loom_dataset *ds, bool *has_y, loom_dtype 
   return LOOM_OK;
 }
 
+uint64_t loom_data_sample_key(uint64_t seed, int64_t epoch, int64_t idx) {
+  return loom_data_mix(loom_data_mix(seed, (uint64_t)epoch), (uint64_t)idx);
+}
+
 loom_status loom_dataset_read(loom_dataset *ds, int64_t i, void *x_buf, void *y_buf) {
+  return loom_dataset_read_keyed(ds, i, loom_data_sample_key(0, 0, i), x_buf, y_buf);
+}
+
+loom_status loom_dataset_read_keyed(loom_dataset *ds, int64_t i, uint64_t key, void *x_buf, void *y_buf) {
   if (!ds) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_dataset_read: dataset is NULL");
   if (i < 0 || i >= ds->length)
     return loom_set_error(LOOM_ERR_INVALID_ARG, "%s: sample %lld is out of range (the dataset has %lld)", ds->name,
@@ -245,7 +258,8 @@ loom_status loom_dataset_read(loom_dataset *ds, int64_t i, void *x_buf, void *y_
   }
   loom_clear_error();  /* so a callback that sets no message is not blamed for an old one */
   if (ds->serialize) pthread_mutex_lock(&ds->lock);
-  loom_status s = ds->read(ds, i, x_buf, ds->has_y ? y_buf : NULL);
+  loom_status s = ds->read_keyed ? ds->read_keyed(ds, i, key, x_buf, ds->has_y ? y_buf : NULL)
+                                 : ds->read(ds, i, x_buf, ds->has_y ? y_buf : NULL);
   if (ds->serialize) pthread_mutex_unlock(&ds->lock);
   free(tmp_x);
   if (s != LOOM_OK) {

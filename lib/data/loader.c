@@ -218,12 +218,12 @@ static loom_status fill(loom_loader *l, worker *w, loom_batch_buf *buf, int64_t 
   for (int64_t j = 0; j < n; j++) {
     int64_t idx = l->order[start + j];
     void *xdst = l->tf.identity ? (void *)(xo + (size_t)j * l->xo) : (void *)w->sx;
-    loom_status st = loom_dataset_read(ds, idx, xdst, ds->has_y ? w->sy : NULL);
+    uint64_t key = loom_data_sample_key(l->o.seed, l->epoch, idx);
+    loom_status st = loom_dataset_read_keyed(ds, idx, key, xdst, ds->has_y ? w->sy : NULL);
     if (st != LOOM_OK)
       return loom_error_prefix("loader: epoch %lld, batch %lld, sample %lld (worker %d)", (long long)l->epoch,
                                (long long)b, (long long)idx, w->id);
     if (!l->tf.identity) {
-      uint64_t key = loom_data_mix(loom_data_mix(l->o.seed, (uint64_t)l->epoch), (uint64_t)idx);
       loom_transform_apply(&l->tf, w->sx, xdst == w->sx ? xo + (size_t)j * l->xo : xdst, key);
     }
     if (ds->has_y) loom_label_convert(ds->y_dtype, w->sy, l->o.y_dtype, yo + (size_t)j * l->yo);
@@ -484,6 +484,7 @@ loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holder
   if (l->next_deliver >= l->nbatches) {
     /* End of epoch; all of its batches were delivered, so no fill is active:
      * start the next one now and let the workers get ahead. */
+    if (l->ds->epoch_end) l->ds->epoch_end(l->ds, l->epoch);
     epoch_begin(l, l->epoch + 1);
     pthread_mutex_unlock(&l->mu);
     return LOOM_OK;
