@@ -122,8 +122,10 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
 #ifdef _OPENMP
   nt = omp_in_parallel() ? 1 : omp_get_max_threads();
 #endif
-  /* Below ~64^3 multiply-adds a fork/join costs more than it saves. */
-  if ((double)M * (double)N * (double)K < 262144.0) nt = 1;
+  /* Below ~2^22 multiply-adds (tens of microseconds) a fork/join costs more
+     than it saves, and on a shared machine waking the second thread can
+     cost a whole scheduler slice. */
+  if ((double)M * (double)N * (double)K < 4194304.0) nt = 1;
   if (nt > mtiles * ntiles) nt = (int)(mtiles * ntiles);
   int tm, tn;
   thread_grid(nt, mtiles, ntiles, &tm, &tn);
