@@ -11,9 +11,10 @@
  * run, precisions interleaved per round (the machine may be shared; the
  * best round counts).
  *
- * On the CPU the f16/bf16 GEMMs are an exact emulation (operands widened to
- * f32, result rounded once): the numbers there show the emulation's cost, not
- * a speed-up. The speed-up the policy exists for is on a GPU's tensor cores;
+ * On the CPU the f16 GEMMs (and bf16 ones without AVX512_BF16) are an exact
+ * emulation (operands widened to f32, result rounded once): the numbers there
+ * show the emulation's cost, not a speed-up; bf16 on AVX512_BF16 runs real
+ * bf16 dot products (bench/mlp/run_mlp_bf16.sh measures that). The speed-up the policy exists for is on a GPU's tensor cores;
  * compare with bench/amp/pytorch_amp.py (autocast + GradScaler) on the same GPU. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,9 @@
  * the step itself (forward, backward, optimizer), not data loading.
  *
  * Usage: bench_mlp_step [--device cpu|cuda|cuda:N|auto] [--batch 128]
- *                       [--steps 200] [--warmup 20] [--unfused]
+ *                       [--steps 200] [--warmup 20] [--unfused] [--precision fp32|bf16|fp16]
+ * --precision bf16 / fp16: the mixed precision policy (loom_module_set_precision,
+ * no loss scaling: the inputs are benign), as loom-mnist --precision.
  * Prints one line:
  *   bench=mlp_step device=... batch=... steps=... steps_per_s=... ms_per_step=... loss_first=... loss_last=...
  * or, when the device does not exist (e.g. no GPU):
@@ -55,14 +57,18 @@ int main(int argc, char **argv) {
   int64_t batch = 128;
   int steps = 200, warmup = 20;
   bool unfused = false;
+  loom_precision prec = LOOM_PRECISION_FP32;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--unfused")) unfused = true;
+    else if (!strcmp(argv[i], "--precision") && i + 1 < argc && loom_precision_parse(argv[i + 1], &prec) == LOOM_OK) i++;
     else {
-      fprintf(stderr, "usage: %s [--device cpu|cuda|cuda:N|auto] [--batch N] [--steps N] [--warmup N] [--unfused]\n",
+      fprintf(stderr,
+              "usage: %s [--device cpu|cuda|cuda:N|auto] [--batch N] [--steps N] [--warmup N] [--unfused] "
+              "[--precision fp32|bf16|fp16]\n",
               argv[0]);
       return 2;
     }
@@ -88,6 +94,7 @@ int main(int argc, char **argv) {
   const int64_t hidden[2] = {1024, 1024};
   loom_module *model = loom_mlp_new(784, 2, hidden, 10, dev);
   if (!model) return fail("mlp");
+  if (prec != LOOM_PRECISION_FP32 && loom_module_set_precision(model, prec, false) != LOOM_OK) return fail("precision");
   int np = loom_module_num_params(model);
   loom_tensor **params = malloc((size_t)np * sizeof *params);
   if (!params) return 1;
@@ -118,9 +125,10 @@ int main(int argc, char **argv) {
   double dt = now_s() - t0;
   if (step(model, opt, x, y, &loss_last, true) != LOOM_OK) return fail("last step");
 
-  printf("bench=mlp_step device=%s batch=%lld steps=%d unfused=%d steps_per_s=%.2f ms_per_step=%.4f "
+  printf("bench=mlp_step device=%s batch=%lld steps=%d unfused=%d precision=%s steps_per_s=%.2f ms_per_step=%.4f "
          "loss_first=%.6f loss_last=%.6f\n",
-         dname, (long long)batch, steps, unfused ? 1 : 0, steps / dt, 1e3 * dt / steps, loss_first, loss_last);
+         dname, (long long)batch, steps, unfused ? 1 : 0, loom_precision_name(prec), steps / dt, 1e3 * dt / steps,
+         loss_first, loss_last);
   loom_tensor_release(x);
   loom_tensor_release(y);
   free(labels);

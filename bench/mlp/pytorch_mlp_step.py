@@ -8,7 +8,10 @@ eps 1e-8, weight_decay 0.01), batch 128, f32 (TF32 off, as in loom by
 default), a fixed random batch already on the device, zero_grad(set_to_none).
 
 Usage: python3 bench/mlp/pytorch_mlp_step.py [--device cuda] [--batch 128]
-                                         [--steps 200] [--warmup 20]
+                                         [--steps 200] [--warmup 20] [--precision fp32|bf16]
+--precision bf16 runs forward and loss under torch.autocast(device, bfloat16)
+(PyTorch's mixed precision: bf16 GEMMs through oneDNN on the CPU; master
+weights and the optimizer stay f32), the anchor for loom's --precision bf16.
 Prints one line:
   bench=pytorch_mlp_step device=... batch=... steps=... steps_per_s=... ms_per_step=... loss_first=... loss_last=...
 or "bench=pytorch_mlp_step skipped reason=..." (exit 0) when torch or the
@@ -25,6 +28,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = ap.parse_args()
     try:
         import torch
@@ -49,7 +53,8 @@ def main():
     lossf = torch.nn.CrossEntropyLoss()
 
     def step():
-        loss = lossf(model(x), y)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = lossf(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -69,7 +74,7 @@ def main():
     sync()
     dt = time.perf_counter() - t0
     loss_last = step().item()
-    print(f"bench=pytorch_mlp_step device={dev} batch={args.batch} steps={args.steps} "
+    print(f"bench=pytorch_mlp_step device={dev} batch={args.batch} steps={args.steps} precision={args.precision} "
           f"steps_per_s={args.steps / dt:.2f} ms_per_step={1e3 * dt / args.steps:.4f} "
           f"loss_first={loss_first:.6f} loss_last={loss_last:.6f} torch={torch.__version__}")
     return 0

@@ -241,15 +241,17 @@ LOOM_API loom_status loom_set_cpu_gemm(const char *name);
 /* What runs now: "openblas", "builtin-avx512", "builtin-avx2", ... */
 LOOM_API const char *loom_cpu_gemm_name(void);
 /* Instruction set of loom's CPU kernels (built-in GEMM, convolutions, f16
- * conversion): "avx512", "avx2", "scalar" (portable C), or "auto" / NULL
- * (the widest this CPU runs: the default). Same as env LOOM_CPU_ISA, read at
+ * conversion): "avx512bf16" (AVX-512 plus AVX512_BF16: bf16 Linear layers
+ * use bf16 dot products with f32 accumulation instead of widening to f32),
+ * "avx512", "avx2", "scalar" (portable C), or "auto" / NULL (the widest this
+ * CPU runs: the default). Same as env LOOM_CPU_ISA, read at
  * first use; a bad LOOM_CPU_ISA makes conv2d, matmul and linear on the CPU
  * fail with its error until this call replaces it. An unknown name is
  * LOOM_ERR_INVALID_ARG, one this CPU cannot run LOOM_ERR_UNSUPPORTED; both
  * messages say what the CPU runs, and change nothing. Process-wide; change
  * it between calls. */
 LOOM_API loom_status loom_set_cpu_isa(const char *name);
-/* What the kernels use now: "avx512", "avx2" or "scalar". */
+/* What the kernels use now: "avx512bf16", "avx512", "avx2" or "scalar". */
 LOOM_API const char *loom_cpu_isa(void);
 
 LOOM_EXTERN_C_END

@@ -8,16 +8,9 @@
 
 #include "amp/amp_internal.h"
 #include "core/half.h"
+#include "ops/cpu/cpu_util.h"
 
 #define CHUNK 16384  /* elements per work item: items are split so threads balance */
-
-static inline float load_one(const void *src, int dt, int64_t j) {
-  switch (dt) {
-    case LOOM_F16: return loom_half_to_f32(((const uint16_t *)src)[j]);
-    case LOOM_BF16: return loom_bfloat_to_f32(((const uint16_t *)src)[j]);
-    default: return ((const float *)src)[j];
-  }
-}
 
 /* Returns nonzero if a non-finite value was written. */
 static int run_chunk(const loom_amp_unscale_item *it, int64_t j0, int64_t j1, float inv) {
@@ -30,11 +23,19 @@ static int run_chunk(const loom_amp_unscale_item *it, int64_t j0, int64_t j1, fl
     else
       for (int64_t j = j0; j < j1; j++) { float v = s[j] * inv; d[j] = v; bad |= !isfinite(v); }
   } else {
-    for (int64_t j = j0; j < j1; j++) {
-      float v = load_one(it->src, it->src_dtype, j) * inv;
-      if (it->accumulate) v += d[j];
-      d[j] = v;
-      bad |= !isfinite(v);
+    /* Widen runs through the CPU kernels' conversion (F16C for f16: exact,
+     * like half.h, and vectorized), then the f32 loop. */
+    float w[1024];
+    const char *src = it->src;
+    for (int64_t b = j0; b < j1; b += 1024) {
+      const int64_t n = j1 - b < 1024 ? j1 - b : 1024;
+      loom_cpu_load_f32(src + (size_t)b * loom_dtype_size(it->src_dtype), it->src_dtype, 1, n, w);
+      for (int64_t k = 0; k < n; k++) {
+        float v = w[k] * inv;
+        if (it->accumulate) v += d[b + k];
+        d[b + k] = v;
+        bad |= !isfinite(v);
+      }
     }
   }
   return bad;

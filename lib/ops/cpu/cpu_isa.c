@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_isa.h"
 
-static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
+static const char *const NAMES[LOOM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512bf16"};
 
 static atomic_int g_forced = -1;     /* a forced level, or -1: the widest */
 static atomic_int g_limit = -1;      /* tests: pretend the CPU runs at most this */
@@ -27,7 +27,11 @@ static loom_cpu_isa_level hw_best(void) {
     b = LOOM_CPU_ISA_SCALAR;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) b = LOOM_CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bf16"))
+      b = LOOM_CPU_ISA_AVX512BF16;
+    else if (__builtin_cpu_supports("avx512f")) b = LOOM_CPU_ISA_AVX512;
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) b = LOOM_CPU_ISA_AVX2;
 #endif
     atomic_store(&cached, b);
@@ -43,7 +47,7 @@ loom_cpu_isa_level loom_cpu_isa_best(void) {
 bool loom_cpu_isa_runs(loom_cpu_isa_level l) { return (int)l >= 0 && l <= loom_cpu_isa_best(); }
 
 const char *loom_cpu_isa_level_name(loom_cpu_isa_level l) {
-  return (int)l >= 0 && (int)l < 3 ? NAMES[l] : "?";
+  return (int)l >= 0 && (int)l < LOOM_CPU_ISA_COUNT ? NAMES[l] : "?";
 }
 
 /* "avx512, avx2 and scalar": what this CPU runs, widest first. */
@@ -65,7 +69,7 @@ static loom_status parse_msg(const char *who, const char *name, loom_cpu_isa_lev
   *level = loom_cpu_isa_best();
   if (!name || !strcmp(name, "auto")) return LOOM_OK;
   runs_list(has, sizeof has);
-  for (int l = 0; l < 3; l++) {
+  for (int l = 0; l < LOOM_CPU_ISA_COUNT; l++) {
     if (strcmp(name, NAMES[l])) continue;
     if (!loom_cpu_isa_runs((loom_cpu_isa_level)l)) {
       snprintf(msg, n, "%s: this CPU cannot run %s kernels; it runs %s", who, name, has);
@@ -75,7 +79,7 @@ static loom_status parse_msg(const char *who, const char *name, loom_cpu_isa_lev
     *forced = true;
     return LOOM_OK;
   }
-  snprintf(msg, n, "%s: '%.40s' is not auto, avx512, avx2 or scalar (this CPU runs %s)", who, name, has);
+  snprintf(msg, n, "%s: '%.40s' is not auto, avx512bf16, avx512, avx2 or scalar (this CPU runs %s)", who, name, has);
   return LOOM_ERR_INVALID_ARG;
 }
 

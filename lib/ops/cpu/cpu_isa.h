@@ -17,7 +17,11 @@ typedef enum loom_cpu_isa_level {
   LOOM_CPU_ISA_SCALAR = 0, /* portable C (what the compiler makes of it for baseline x86-64) */
   LOOM_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA */
   LOOM_CPU_ISA_AVX512 = 2, /* AVX-512F */
+  /* AVX-512F/BW + AVX512_BF16: as avx512 for f32, and bf16 matmul / linear
+   * compute with vdpbf16ps (gemm_bf16.h) instead of widening to f32. */
+  LOOM_CPU_ISA_AVX512BF16 = 3,
 } loom_cpu_isa_level;
+#define LOOM_CPU_ISA_COUNT 4
 
 /* The level the kernels use now: loom_set_cpu_isa's, else LOOM_CPU_ISA's
  * (read at the first call), else the widest this CPU runs. A bad
@@ -27,7 +31,7 @@ loom_cpu_isa_level loom_cpu_isa_level_now(void);
 loom_cpu_isa_level loom_cpu_isa_best(void);
 /* Whether this CPU runs level l. */
 bool loom_cpu_isa_runs(loom_cpu_isa_level l);
-/* "scalar", "avx2", "avx512". */
+/* "scalar", "avx2", "avx512", "avx512bf16". */
 const char *loom_cpu_isa_level_name(loom_cpu_isa_level l);
 
 /* "auto" or NULL (the widest; *forced = false), or a level's name. Errors

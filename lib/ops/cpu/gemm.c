@@ -89,7 +89,7 @@ static atomic_int g_threads = 0;
 static const loom_gemm_kernel *kernel_of(loom_cpu_isa_level l)
 {
 #if defined(__x86_64__)
-  if (l == LOOM_CPU_ISA_AVX512) return &k_avx512;
+  if (l >= LOOM_CPU_ISA_AVX512) return &k_avx512;
   if (l == LOOM_CPU_ISA_AVX2) return &k_avx2;
 #endif
   (void)l;

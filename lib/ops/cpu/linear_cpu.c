@@ -6,7 +6,8 @@
  * engine owns dy) and sums the bias gradient in the same pass; then two
  * GEMMs give dW = dzᵀ·x and (when needed) dX = dz·w. No other full-size
  * temporaries. f16/bf16 operands are widened to f32 and results rounded once
- * (CPU emulation of tensor-core mixed precision). */
+ * (CPU emulation of tensor-core mixed precision) — except bf16 on a CPU with
+ * AVX512_BF16, which linear_bf16.c computes without widening. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/linear_bf16.h"
 
 #define ROW_BLOCK 64
 
@@ -60,6 +62,7 @@ static void out_done(loom_tensor *o, float *p, int64_t n) {
 
 loom_status loom_cpu_linear(loom_op_args *a) {
   LOOM_TRY(loom_cpu_isa_check());
+  if (loom_cpu_linear_bf16_applies(a, false)) return loom_cpu_linear_bf16(a);
   loom_tensor *x = a->in[0], *w = a->in[1], *bias = a->in[2], *y = a->out[0];
   int act = (int)a->i[0];
   int64_t K = x->shape[x->ndim - 1];
@@ -100,6 +103,7 @@ loom_status loom_cpu_linear(loom_op_args *a) {
 
 loom_status loom_cpu_linear_backward(loom_op_args *a) {
   LOOM_TRY(loom_cpu_isa_check());
+  if (loom_cpu_linear_bf16_applies(a, true)) return loom_cpu_linear_bf16_backward(a);
   loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *y = a->in[3];
   loom_tensor *dx = a->out[0], *dw = a->out[1], *db = a->out[2];
   int act = (int)a->i[0];
