@@ -24,6 +24,7 @@
 #include "core/capture.h"
 #include "core/struct_size.h"
 #include "device/device_internal.h"
+#include "core/sys.h"
 
 #define SLOT_CPU 0
 #define SLOT_PINNED 1
@@ -368,7 +369,7 @@ loom_status loom_memory_reset_counters(loom_device dev) {
 }
 
 static char *dup_str(const char *s) {
-  char *r = strdup(s);
+  char *r = loom_sys_strdup(s);
   if (!r) loom_set_error(LOOM_ERR_OOM, "out of host memory");
   return r;
 }

@@ -8,6 +8,7 @@
  * next to each other and are in no index; seg->mapped is the sum of the
  * other blocks; a range with nothing mapped is given back at once. */
 #include "alloc/pool_internal.h"
+#include "core/sys.h"
 
 static uintptr_t up(uintptr_t n, size_t g) { return (n + g - 1) / g * g; }
 static uintptr_t down(uintptr_t n, size_t g) { return n / g * g; }
@@ -50,7 +51,7 @@ static loom_status exp_release(loom_pool *p, segment *sg) {
   loom_status st = p->prov->va_release(p->prov->ctx, (void *)sg->base, sg->size);
   loom_pool_seg_remove(p, sg);
   loom_pool_block_recycle(p, sg->head);
-  free(sg);
+  loom_sys_free(sg);
   return st;
 }
 
@@ -93,7 +94,7 @@ static void reclaim(loom_pool *p, loom_stream *s, size_t need, const block *keep
   for (int pass = 0; pass < 2; pass++) {
     block **arr = NULL;
     if (pass == 1) {
-      if (n == 0 || !(arr = malloc((size_t)n * sizeof *arr))) return;
+      if (n == 0 || !(arr = loom_sys_malloc((size_t)n * sizeof *arr))) return;
       n = 0;
     }
     for (int i = 0; i < p->nsegs; i++) {
@@ -112,7 +113,7 @@ static void reclaim(loom_pool *p, loom_stream *s, size_t need, const block *keep
         block *cont;
         freed += unmap_block(p, arr[i], need - freed, NULL, &cont, 0);
       }
-      free(arr);
+      loom_sys_free(arr);
     }
   }
 }

@@ -33,6 +33,7 @@
 #include "alloc/ptrmap.h"
 #include "core/error.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define LOOM_POOL_ASAN 1
@@ -120,7 +121,7 @@ static inline int grow(void **arr, int *cap, int need, size_t elem) {
   if (need <= *cap) return 1;
   int nc = *cap ? *cap * 2 : 16;
   while (nc < need) nc *= 2;
-  void *p = realloc(*arr, (size_t)nc * elem);
+  void *p = loom_sys_realloc(*arr, (size_t)nc * elem);
   if (!p) return 0;
   *arr = p;
   *cap = nc;

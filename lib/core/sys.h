@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,15 @@ static inline void loom_sys_free(void *p) { free(p); }
 
 /* Descriptors: -1 with errno; open fails as when the process is out of
  * descriptors, reads and syncs with EIO, writes with ENOSPC (disk full). */
-static inline int loom_sys_open(const char *path, int flags, mode_t mode) {
+/* mode is read only with O_CREAT, as open(2) does. */
+static inline int loom_sys_open(const char *path, int flags, ...) {
+  mode_t mode = 0;
+  if (flags & O_CREAT) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = (mode_t)va_arg(ap, int);
+    va_end(ap);
+  }
   if (loom_fault_fail(LOOM_FAULT_FILE)) return errno = EMFILE, -1;
   return open(path, flags, mode);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 typedef struct scope_frame {
   loom_tensor **items;
@@ -26,7 +27,7 @@ void loom_scope_begin(void) {
   scope_stack *s = &tl_scopes;
   if (s->depth == s->cap) {
     int ncap = s->cap ? s->cap * 2 : 8;
-    scope_frame *nf = realloc(s->frames, (size_t)ncap * sizeof *nf);
+    scope_frame *nf = loom_sys_realloc(s->frames, (size_t)ncap * sizeof *nf);
     if (!nf) {
       /* Still open a (zero-capacity) frame so begin/end stay balanced; pushes
        * into it fail soft (the tensor is then owned by the caller). */
@@ -44,7 +45,7 @@ void loom_scope_begin(void) {
 static int frame_push(scope_frame *f, loom_tensor *t) {
   if (f->n == f->cap) {
     size_t ncap = f->cap ? f->cap * 2 : 64;
-    loom_tensor **ni = realloc(f->items, ncap * sizeof *ni);
+    loom_tensor **ni = loom_sys_realloc(f->items, ncap * sizeof *ni);
     if (!ni) return 0;
     f->items = ni;
     f->cap = ncap;
@@ -62,8 +63,8 @@ void loom_scope_end(void) {
   f->n = 0;
   s->depth--;
   if (s->depth == 0) {
-    for (int i = 0; i < s->cap; i++) free(s->frames[i].items);
-    free(s->frames);
+    for (int i = 0; i < s->cap; i++) loom_sys_free(s->frames[i].items);
+    loom_sys_free(s->frames);
     memset(s, 0, sizeof *s);
   }
 }

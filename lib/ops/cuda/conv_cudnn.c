@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "ops/conv.h"
+#include "core/sys.h"
 
 #ifndef LOOM_HAVE_CUDNN
 static loom_status no_cudnn(const char *op) {
@@ -381,7 +382,7 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
       *out = p;
       return LOOM_OK;
     }
-  conv_plan *p = calloc(1, sizeof *p);
+  conv_plan *p = loom_sys_calloc(1, sizeof *p);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for a cuDNN plan");
   p->key = *k;
   cudnnBackendDescriptor_t graph = NULL;
@@ -390,7 +391,7 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
   if (st == LOOM_OK && !p->plan) st = try_mode(p, h, graph, CUDNN_HEUR_MODE_FALLBACK);
   if (st != LOOM_OK) {
     for (int i = 0; i < p->nkeep; i++) cudnnBackendDestroyDescriptor(p->keep[i]);
-    free(p);
+    loom_sys_free(p);
     return st;
   }
   if (!p->plan) {
