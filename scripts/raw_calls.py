@@ -72,5 +72,7 @@ def call_re(names):
 
 def find_calls(text, names):
     """(offset, name) of each call of one of names in the code of text."""
+    if not names:
+        return []
     masked = code_mask(text)
     return [(m.start(1), m.group(1)) for m in call_re(names).finditer(masked)]

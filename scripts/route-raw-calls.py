@@ -18,9 +18,19 @@ INCLUDES = {"loom_sys_": '#include "core/sys.h"', "loom_gz_": '#include "data/da
 def add_include(text, line):
     if line in text:
         return text
-    incs = list(re.finditer(r'^#include [<"].*$', text, re.M))
+    # after the last include outside any #if (a header's guard aside)
+    depth, incs = 0, []
+    for m in re.finditer(r"^#\s*(if|ifdef|ifndef|endif|include)\b.*$", text, re.M):
+        kind = m.group(1)
+        if kind.startswith("if"):
+            depth += 1
+        elif kind == "endif":
+            depth -= 1
+        else:
+            incs.append((depth, m))
     if incs:
-        end = incs[-1].end()
+        low = min(d for d, _ in incs)
+        end = [m for d, m in incs if d == low][-1].end()
         return text[:end] + "\n" + line + text[end:]
     guard = re.search(r"^#define LOOM_\w+_H\s*$", text, re.M)
     at = guard.end() if guard else 0

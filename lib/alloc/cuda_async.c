@@ -109,7 +109,9 @@ static loom_status a_malloc(loom_allocator *base, size_t n, loom_stream *s, void
   pthread_mutex_unlock(&a->mu);
   cudaStream_t cs = (cudaStream_t)loom_stream_native(s);
   void *p = NULL;
-  cudaError_t e = cudaMallocFromPoolAsync(&p, size, a->pool, cs);
+  /* Fault injection (core/fault.h): the device reports itself full. */
+  cudaError_t e = loom_fault_fail(LOOM_FAULT_DEVICE) ? cudaErrorMemoryAllocation
+                                                     : cudaMallocFromPoolAsync(&p, size, a->pool, cs);
   int retried = 0;
   if (e == cudaErrorMemoryAllocation) {
     /* Give cached memory back to the device and retry once. */

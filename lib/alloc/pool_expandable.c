@@ -58,7 +58,7 @@ static loom_status exp_release(loom_pool *p, segment *sg) {
 static loom_status exp_reserve(loom_pool *p, int kind, loom_stream *s, size_t size, block **out) {
   size_t n = p->va_size > size ? p->va_size : (size_t)up(size, p->granule);
   void *base = NULL;
-  loom_status st = p->prov->va_reserve(p->prov->ctx, n, &base);
+  loom_status st = loom_pool_prov_va_reserve(p, n, &base);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "reserving %zu bytes of address space: %s", n,
              loom_last_error());
@@ -166,7 +166,7 @@ static loom_status map_into(loom_pool *p, block *best, size_t need, block **out)
   block *rest = need < best->size ? loom_pool_block_new(p) : NULL;
   loom_status st = need < best->size && !rest
                        ? loom_set_error(LOOM_ERR_OOM, "out of host memory for allocator bookkeeping")
-                       : p->prov->va_map(p->prov->ctx, (void *)best->addr, need);
+                       : loom_pool_prov_va_map(p, (void *)best->addr, need);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
     if (rest) loom_pool_block_recycle(p, rest);

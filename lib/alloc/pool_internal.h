@@ -128,6 +128,26 @@ static inline int grow(void **arr, int *cap, int need, size_t elem) {
   return 1;
 }
 
+/* What the pool reserves from its provider (segments, address space,
+ * mappings) goes through these, so fault injection (core/fault.h,
+ * LOOM_FAULT_DEVICE) can make the Nth reservation of any provider fail the
+ * way a full device does: LOOM_ERR_OOM. */
+static inline loom_status loom_pool_injected_oom(loom_pool *p, const char *what, size_t n) {
+  return loom_set_error(LOOM_ERR_OOM, "%s: out of memory %s %zu bytes (injected fault)", p->prov->name, what, n);
+}
+static inline loom_status loom_pool_prov_seg_alloc(loom_pool *p, size_t n, void **out) {
+  if (loom_fault_fail(LOOM_FAULT_DEVICE)) return loom_pool_injected_oom(p, "allocating", n);
+  return p->prov->seg_alloc(p->prov->ctx, n, out);
+}
+static inline loom_status loom_pool_prov_va_reserve(loom_pool *p, size_t n, void **base) {
+  if (loom_fault_fail(LOOM_FAULT_DEVICE)) return loom_pool_injected_oom(p, "reserving address space of", n);
+  return p->prov->va_reserve(p->prov->ctx, n, base);
+}
+static inline loom_status loom_pool_prov_va_map(loom_pool *p, void *addr, size_t n) {
+  if (loom_fault_fail(LOOM_FAULT_DEVICE)) return loom_pool_injected_oom(p, "mapping", n);
+  return p->prov->va_map(p->prov->ctx, addr, n);
+}
+
 static inline void poison(loom_pool *p, uintptr_t a, size_t n) {
 #ifdef LOOM_POOL_ASAN
   if (p->cfg.poison && n) ASAN_POISON_MEMORY_REGION((void *)a, n);

@@ -131,7 +131,7 @@ loom_status loom_pool_seg_new(loom_pool *p, int kind, size_t n, loom_stream *s, 
     return loom_set_error(LOOM_ERR_OOM, "%s", p->provider_msg);
   }
   void *ptr = NULL;
-  loom_status st = p->prov->seg_alloc(p->prov->ctx, n, &ptr);
+  loom_status st = loom_pool_prov_seg_alloc(p, n, &ptr);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
     return st;
