@@ -1,6 +1,9 @@
 /* fault.c — the fault-injection counter (core/fault.h). Lock-free: loader
  * workers and the caller's thread count into the same sequence. */
+#include <execinfo.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "core/fault.h"
 
@@ -31,6 +34,11 @@ bool loom_fault_fail(unsigned kind) {
   long t = atomic_load(&g_target);
   if (c == t || (c > t && atomic_load(&g_persist))) {
     atomic_fetch_add(&g_hits, 1);
+    /* Where the fault landed, for whoever is fixing what it broke. */
+    if (getenv("LOOM_FAULT_BACKTRACE")) {
+      void *frames[24];
+      backtrace_symbols_fd(frames, backtrace(frames, 24), STDERR_FILENO);
+    }
     return true;
   }
   return false;

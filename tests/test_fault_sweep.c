@@ -1,0 +1,301 @@
+/* test_fault_sweep.c — SQLite-style fault sweeps (issue 24 part 2): each
+ * operation runs with the Nth host allocation, device-allocator reservation
+ * or file call failing (core/fault.h), for N = 1, 2, ... until it completes
+ * without reaching N. Every fault must end in a status with a message (or a
+ * correct result, where loom recovers by itself: the pool frees its cache
+ * and retries), never a crash or hang; nothing leaks (LSan, at the end of
+ * each test); after the fault is cleared the same objects work, and a
+ * refused training step leaves the parameters, optimizer and scaler exactly
+ * as an unfaulted run has them (bit for bit). A checkpoint or safetensors
+ * file being replaced is the old one or the new one, never a mix.
+ *
+ * CI tests at most ~SHORT_POINTS points per sweep, evenly spread (the
+ * first 16 always); LOOM_FAULT_SWEEP=full tests every point. Each sweep
+ * prints its number of injection points. Needs -DLOOM_FAULT_INJECTION=ON
+ * (CI's sanitizer build); otherwise every test skips visibly. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/fault.h"
+#include "support/testkit.h"
+
+#define SHORT_POINTS 120
+
+static void require_faults(void) {
+  if (!loom_fault_compiled()) cr_skip_test("fault injection not compiled in (configure with -DLOOM_FAULT_INJECTION=ON)");
+}
+
+/* ---- the driver ---------------------------------------------------------------- */
+
+typedef struct sweep {
+  const char *name;
+  void *(*setup)(void);                    /* unfaulted; the objects the operation works on */
+  loom_status (*run)(void *ctx);           /* the operation, faulted */
+  void (*after)(void *ctx, loom_status st, bool hit); /* fault cleared: check state, retry */
+  void (*teardown)(void *ctx);
+} sweep;
+
+typedef struct sweep_report {
+  long points;    /* calls the whole operation makes (injection points) */
+  long tested;    /* points faulted */
+  long refused;   /* ... that ended in an error status */
+  long recovered; /* ... that loom absorbed and completed correctly */
+} sweep_report;
+
+static long g_n;  /* the call being failed (0: none), for messages */
+
+static sweep_report run_sweep(const sweep *s) {
+  sweep_report r = {0};
+  /* Count the points: armed with an unreachable N. */
+  g_n = 0;
+  void *ctx = s->setup();
+  loom_fault_arm(LOOM_FAULT_ALL, LONG_MAX, false);
+  loom_status st = s->run(ctx);
+  r.points = loom_fault_calls();
+  loom_fault_clear();
+  cr_assert_eq(st, LOOM_OK, "%s: unfaulted run failed: %s", s->name, loom_last_error());
+  s->after(ctx, st, false);
+  s->teardown(ctx);
+
+  const char *mode = getenv("LOOM_FAULT_SWEEP");
+  bool full = mode && !strcmp(mode, "full");
+  long stride = full || r.points <= SHORT_POINTS ? 1 : (r.points + SHORT_POINTS - 1) / SHORT_POINTS;
+  for (long n = 1;; n = n < 16 ? n + 1 : n + stride) {
+    ctx = s->setup();
+    g_n = n;
+    loom_clear_error();
+    loom_fault_arm(LOOM_FAULT_ALL, n, false);
+    st = s->run(ctx);
+    bool hit = loom_fault_hits() > 0;
+    loom_fault_clear();
+    if (hit) {
+      r.tested++;
+      if (st != LOOM_OK) {
+        r.refused++;
+        cr_assert(loom_last_error()[0], "%s: fault at call %ld: %s with no message", s->name, n, loom_status_name(st));
+      } else {
+        r.recovered++;
+      }
+    } else {
+      cr_assert_eq(st, LOOM_OK, "%s: no fault reached at call %ld but: %s", s->name, n, loom_last_error());
+    }
+    s->after(ctx, st, hit);
+    s->teardown(ctx);
+    if (!hit && n > r.points) break;
+    cr_assert(n < 4 * r.points + 64, "%s: the operation keeps reaching new calls (%ld)", s->name, n);
+  }
+  fprintf(stderr, "fault sweep %-22s %6ld injection points, %4ld tested: %4ld refused with a status, %3ld absorbed%s\n",
+          s->name, r.points, r.tested, r.refused, r.recovered, full ? " (full)" : "");
+  return r;
+}
+
+/* Parameters as host doubles, for bit-exact comparison. */
+typedef struct snap {
+  int n;
+  double *v[128];
+  int64_t len[128];
+} snap;
+
+static void snap_take(snap *s, loom_module *m) {
+  s->n = loom_module_num_params(m);
+  cr_assert(s->n <= 128);
+  for (int i = 0; i < s->n; i++) {
+    loom_tensor *p = loom_module_param(m, i);
+    s->v[i] = tk_read(p);
+    s->len[i] = loom_tensor_numel(p);
+  }
+}
+
+static bool snap_equal(const snap *a, const snap *b) {
+  if (a->n != b->n) return false;
+  for (int i = 0; i < a->n; i++)
+    if (a->len[i] != b->len[i] || memcmp(a->v[i], b->v[i], (size_t)a->len[i] * sizeof(double))) return false;
+  return true;
+}
+
+/* Within float rounding: a fault loom absorbs may take another path with
+ * another summation order (the GEMM without its packing buffer). */
+static bool snap_close(const snap *a, const snap *b) {
+  if (a->n != b->n) return false;
+  for (int i = 0; i < a->n; i++)
+    for (int64_t k = 0; k < a->len[i]; k++)
+      if (fabs(a->v[i][k] - b->v[i][k]) > 1e-4 * (1 + fabs(b->v[i][k]))) return false;
+  return true;
+}
+
+static void snap_free(snap *s) {
+  for (int i = 0; i < s->n; i++) free(s->v[i]);
+  s->n = 0;
+}
+
+/* ---- training steps: MLP (AdamW) and a small ResNet (fp16 AMP, SGD) -------------- */
+
+#define MLP_N 32
+#define MLP_IN 12
+#define MLP_CLS 4
+
+typedef struct trainer {
+  loom_module *model;
+  loom_optimizer *opt;
+  loom_grad_scaler *scaler;
+  loom_tensor *x, *y;
+  bool resnet;
+} trainer;
+
+static snap g_ref1, g_ref2;  /* parameters after one and two unfaulted steps */
+static double g_scale1, g_scale2;
+
+static trainer *trainer_new(bool resnet) {
+  trainer *t = calloc(1, sizeof *t);
+  loom_set_num_threads(1);
+  loom_manual_seed(31);
+  loom_empty_cache(loom_cpu());  /* so the step reserves memory from the provider again */
+  tk_seed(5);
+  if (resnet) {
+    loom_resnet_options o;
+    loom_resnet_options_init(&o, LOOM_RESNET20);
+    t->model = loom_resnet_new(LOOM_RESNET20, &o, loom_cpu());
+    int64_t xs[4] = {2, 3, 8, 8};
+    t->x = loom_keep(tk_rand_tensor(4, xs, -1, 1, 0, LOOM_F32, loom_cpu(), NULL));
+  } else {
+    int64_t hidden[2] = {24, 24};
+    t->model = loom_mlp_new(MLP_IN, 2, hidden, MLP_CLS, loom_cpu());
+    int64_t xs[2] = {MLP_N, MLP_IN};
+    t->x = loom_keep(tk_rand_tensor(2, xs, -1, 1, 0, LOOM_F32, loom_cpu(), NULL));
+  }
+  int64_t n = resnet ? 2 : MLP_N;
+  int64_t ys[MLP_N];
+  for (int64_t i = 0; i < n; i++) ys[i] = i % MLP_CLS;
+  t->y = loom_keep(loom_from_host(ys, 1, &n, LOOM_I64, loom_cpu()));
+  cr_assert(t->model && t->x && t->y, "%s", loom_last_error());
+  int np = loom_module_num_params(t->model);
+  loom_tensor *params[128];
+  cr_assert(np <= 128);
+  for (int i = 0; i < np; i++) params[i] = loom_module_param(t->model, i);
+  loom_scaler_options so;
+  loom_scaler_options_init(&so);
+  so.enabled = resnet;
+  if (resnet) {
+    cr_assert_eq(loom_module_set_precision(t->model, LOOM_PRECISION_MIXED_FP16, true), LOOM_OK, "%s", loom_last_error());
+    loom_sgd_options o;
+    loom_sgd_options_init(&o);
+    o.lr = 0.05;
+    o.momentum = 0.9;
+    t->opt = loom_sgd_new(params, np, &o);
+  } else {
+    t->opt = loom_adamw_new(params, np, NULL);
+  }
+  t->scaler = loom_scaler_new(&so);
+  t->resnet = resnet;
+  cr_assert(t->opt && t->scaler, "%s", loom_last_error());
+  return t;
+}
+
+static loom_status train_step(trainer *t) {
+  loom_scope_begin();
+  loom_status st = loom_optimizer_zero_grad(t->opt);
+  loom_tensor *loss = loom_cross_entropy(loom_module_forward(t->model, t->x), t->y);
+  if (st == LOOM_OK) st = loom_backward(loom_scaler_scale(t->scaler, loss));
+  if (st == LOOM_OK) st = loom_scaler_step(t->scaler, t->opt, NULL);
+  loom_scope_end();
+  return st;
+}
+
+static void trainer_free(void *ctx) {
+  trainer *t = ctx;
+  loom_tensor_release(t->x);
+  loom_tensor_release(t->y);
+  loom_scaler_free(t->scaler);
+  loom_optimizer_free(t->opt);
+  loom_module_free(t->model);
+  free(t);
+}
+
+static void *mlp_setup(void) { return trainer_new(false); }
+static void *resnet_setup(void) { return trainer_new(true); }
+static loom_status step_run(void *ctx) { return train_step(ctx); }
+
+/* After a refused step, the next one succeeds and the parameters and the
+ * loss scale are those of one unfaulted step; after an absorbed fault (or
+ * none), of two. */
+static void step_after(void *ctx, loom_status st, bool hit) {
+  trainer *t = ctx;
+  cr_assert_eq(train_step(t), LOOM_OK, "the step after a fault failed: %s", loom_last_error());
+  snap s;
+  snap_take(&s, t->model);
+  bool refused = hit && st != LOOM_OK, absorbed = hit && st == LOOM_OK;
+  cr_assert(absorbed ? snap_close(&s, &g_ref2) : snap_equal(&s, refused ? &g_ref1 : &g_ref2), "fault at call %ld (%s): parameters after %s differ from an unfaulted run",
+            g_n, hit ? loom_status_name(st) : "not reached", refused ? "a refused step and a good one" : "two steps");
+  cr_assert_eq(loom_scaler_get_scale(t->scaler), refused ? g_scale1 : g_scale2);
+  snap_free(&s);
+}
+
+static void make_refs(bool resnet) {
+  trainer *t = trainer_new(resnet);
+  cr_assert_eq(train_step(t), LOOM_OK, "%s", loom_last_error());
+  snap_take(&g_ref1, t->model);
+  g_scale1 = loom_scaler_get_scale(t->scaler);
+  cr_assert_eq(train_step(t), LOOM_OK, "%s", loom_last_error());
+  snap_take(&g_ref2, t->model);
+  g_scale2 = loom_scaler_get_scale(t->scaler);
+  trainer_free(t);
+}
+
+Test(fault_sweep, mlp_training_step, .timeout = 600) {
+  require_faults();
+  make_refs(false);
+  run_sweep(&(sweep){"mlp_step", mlp_setup, step_run, step_after, trainer_free});
+  snap_free(&g_ref1);
+  snap_free(&g_ref2);
+  tk_leak_check();
+}
+
+Test(fault_sweep, resnet_amp_training_step, .timeout = 900) {
+  require_faults();
+  make_refs(true);
+  run_sweep(&(sweep){"resnet20_amp_step", resnet_setup, step_run, step_after, trainer_free});
+  snap_free(&g_ref1);
+  snap_free(&g_ref2);
+  tk_leak_check();
+}
+
+/* ---- model + optimizer + scaler creation ------------------------------------------ */
+
+static void *nothing_setup(void) { return calloc(1, sizeof(trainer)); }
+
+static loom_status create_run(void *ctx) {
+  trainer *t = ctx;
+  int64_t hidden[2] = {24, 24};
+  t->model = loom_mlp_new(MLP_IN, 2, hidden, MLP_CLS, loom_cpu());
+  if (!t->model) return loom_last_status();
+  loom_tensor *params[8];
+  int np = loom_module_num_params(t->model);
+  for (int i = 0; i < np; i++) params[i] = loom_module_param(t->model, i);
+  t->opt = loom_adamw_new(params, np, NULL);
+  if (!t->opt) return loom_last_status();
+  t->scaler = loom_scaler_new(NULL);
+  if (!t->scaler) return loom_last_status();
+  return loom_module_set_precision(t->model, LOOM_PRECISION_MIXED_BF16, true);
+}
+
+static void create_after(void *ctx, loom_status st, bool hit) {
+  trainer *t = ctx;
+  if (st != LOOM_OK) {  /* what was made works; make the rest */
+    loom_scaler_free(t->scaler);
+    loom_optimizer_free(t->opt);
+    loom_module_free(t->model);
+    memset(t, 0, sizeof *t);
+    cr_assert_eq(create_run(t), LOOM_OK, "creation after a fault: %s", loom_last_error());
+  }
+  cr_assert_eq(loom_module_num_params(t->model), 6);
+}
+
+Test(fault_sweep, model_and_optimizer_creation) {
+  require_faults();
+  run_sweep(&(sweep){"model_optimizer_create", nothing_setup, create_run, create_after, trainer_free});
+  tk_leak_check();
+}
