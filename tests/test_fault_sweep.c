@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/error.h"
 #include "core/fault.h"
 #include "support/testkit.h"
 
@@ -297,5 +298,219 @@ static void create_after(void *ctx, loom_status st, bool hit) {
 Test(fault_sweep, model_and_optimizer_creation) {
   require_faults();
   run_sweep(&(sweep){"model_optimizer_create", nothing_setup, create_run, create_after, trainer_free});
+  tk_leak_check();
+}
+
+/* ---- files: safetensors, checkpoints, profiler trace, metrics --------------------- */
+
+static char g_dir[256];
+static char g_path[512];
+
+typedef struct files {
+  loom_tensor *t[3];
+  double *vals[3];
+  trainer *tr;
+} files;
+
+static const char *const g_names[3] = {"w", "b", "idx"};
+
+static void *st_setup(void) {
+  files *f = calloc(1, sizeof *f);
+  int64_t s0[2] = {7, 5}, s1 = 9, s2[3] = {2, 3, 4};
+  f->t[0] = tk_rand_tensor(2, s0, -1, 1, 0, LOOM_F32, loom_cpu(), &f->vals[0]);
+  f->t[1] = tk_rand_tensor(1, &s1, -1, 1, 0, LOOM_F16, loom_cpu(), &f->vals[1]);
+  f->t[2] = tk_rand_tensor(3, s2, -50, 50, 0, LOOM_I64, loom_cpu(), &f->vals[2]);
+  /* The file being replaced: one tensor "old". */
+  int64_t one = 1;
+  loom_tensor *old = loom_full(1, &one, 42.0, LOOM_F32, loom_cpu());
+  const char *on = "old";
+  cr_assert_eq(loom_safetensors_save(g_path, 1, &on, &old, 0, NULL, NULL), LOOM_OK, "%s", loom_last_error());
+  loom_tensor_release(old);
+  return f;
+}
+
+static void st_teardown(void *ctx) {
+  files *f = ctx;
+  for (int i = 0; i < 3; i++) {
+    loom_tensor_release(f->t[i]);
+    free(f->vals[i]);
+  }
+  free(f);
+}
+
+/* The file at g_path holds the new tensors (1), the old one (0), or neither
+ * (-1: torn or unreadable). Unfaulted. */
+static int st_which(files *f) {
+  loom_safetensors *sf = loom_safetensors_open(g_path);
+  if (!sf) return -1;
+  int r = -1;
+  if (loom_safetensors_num_tensors(sf) == 1 && loom_safetensors_find(sf, "old") == 0) {
+    loom_tensor *t = loom_safetensors_get(sf, "old", loom_cpu());
+    double v = 0;
+    r = t && loom_item(t, &v) == LOOM_OK && v == 42.0 ? 0 : -1;
+    loom_tensor_release(t);
+  } else if (loom_safetensors_num_tensors(sf) == 3) {
+    r = 1;
+    for (int i = 0; i < 3; i++) {
+      loom_tensor *t = loom_safetensors_get(sf, g_names[i], loom_cpu());
+      if (!t || loom_tensor_numel(t) != loom_tensor_numel(f->t[i])) r = -1;
+      if (t && r == 1) {
+        double *v = tk_read(t);
+        if (memcmp(v, f->vals[i], (size_t)loom_tensor_numel(t) * sizeof(double))) r = -1;
+        free(v);
+      }
+      loom_tensor_release(t);
+    }
+    if (!loom_safetensors_metadata(sf, "k") || strcmp(loom_safetensors_metadata(sf, "k"), "v")) r = -1;
+  }
+  loom_safetensors_close(sf);
+  return r;
+}
+
+/* save, open, get every tensor and check it, close. */
+static loom_status st_run(void *ctx) {
+  files *f = ctx;
+  const char *k = "k", *v = "v";
+  loom_status st = loom_safetensors_save(g_path, 3, g_names, f->t, 1, &k, &v);
+  if (st != LOOM_OK) return st;
+  loom_safetensors *sf = loom_safetensors_open(g_path);
+  if (!sf) return loom_last_status();
+  for (int i = 0; i < 3 && st == LOOM_OK; i++) {
+    loom_tensor *t = loom_safetensors_get(sf, g_names[i], loom_cpu());
+    if (!t) st = loom_last_status();
+    loom_tensor_release(t);
+  }
+  loom_safetensors_close(sf);
+  return st;
+}
+
+static void st_after(void *ctx, loom_status st, bool hit) {
+  files *f = ctx;
+  int which = st_which(f);
+  cr_assert(which >= 0, "fault at call %ld: the file is torn or unreadable: %s", g_n, loom_last_error());
+  if (st == LOOM_OK) cr_assert_eq(which, 1, "fault at call %ld: saved but the file holds the old tensors", g_n);
+  cr_assert_eq(st_run(f), LOOM_OK, "after the fault: %s", loom_last_error());
+  cr_assert_eq(st_which(f), 1);
+}
+
+Test(fault_sweep, safetensors_save_open_get) {
+  require_faults();
+  tk_tmpdir(g_dir, sizeof g_dir, "loom-fault");
+  snprintf(g_path, sizeof g_path, "%s/t.safetensors", g_dir);
+  run_sweep(&(sweep){"safetensors_save_open_get", st_setup, st_run, st_after, st_teardown});
+  tk_tmpdir_remove(g_dir);
+  tk_leak_check();
+}
+
+/* Checkpoints: the file holds step 1; a second step is saved over it. */
+static trainer *ckpt_trainer(void) {
+  trainer *t = trainer_new(false);
+  cr_assert_eq(train_step(t), LOOM_OK, "%s", loom_last_error());
+  return t;
+}
+
+static loom_train_state ckpt_state(trainer *t, int64_t step) {
+  return (loom_train_state){.struct_size = sizeof(loom_train_state), .model = t->model, .optimizer = t->opt,
+                            .scaler = t->scaler, .step = step};
+}
+
+static void *ckpt_save_setup(void) {
+  files *f = calloc(1, sizeof *f);
+  f->tr = ckpt_trainer();
+  loom_train_state s = ckpt_state(f->tr, 1);
+  cr_assert_eq(loom_checkpoint_save(g_path, &s), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(train_step(f->tr), LOOM_OK);
+  return f;
+}
+
+static loom_status ckpt_save_run(void *ctx) {
+  files *f = ctx;
+  loom_train_state s = ckpt_state(f->tr, 2);
+  return loom_checkpoint_save(g_path, &s);
+}
+
+static void ckpt_teardown(void *ctx) {
+  files *f = ctx;
+  if (f->tr) trainer_free(f->tr);
+  free(f);
+}
+
+/* The step restored from g_path into a fresh trainer, whose parameters must
+ * be those of that many unfaulted steps. */
+static int64_t ckpt_restored_step(void) {
+  trainer *t = trainer_new(false);
+  loom_train_state s = ckpt_state(t, -1);
+  cr_assert_eq(loom_checkpoint_restore(g_path, &s), LOOM_OK, "fault at call %ld: checkpoint unreadable: %s", g_n,
+               loom_last_error());
+  cr_assert(s.step == 1 || s.step == 2, "step %lld", (long long)s.step);
+  snap p;
+  snap_take(&p, t->model);
+  cr_assert(snap_equal(&p, s.step == 1 ? &g_ref1 : &g_ref2), "fault at call %ld: checkpoint of step %lld is torn", g_n,
+            (long long)s.step);
+  snap_free(&p);
+  trainer_free(t);
+  return s.step;
+}
+
+static void ckpt_save_after(void *ctx, loom_status st, bool hit) {
+  int64_t step = ckpt_restored_step();
+  if (st == LOOM_OK) cr_assert_eq(step, 2, "fault at call %ld: saved, yet the old checkpoint is there", g_n);
+  cr_assert_eq(ckpt_save_run(ctx), LOOM_OK, "after the fault: %s", loom_last_error());
+  cr_assert_eq(ckpt_restored_step(), 2);
+}
+
+Test(fault_sweep, checkpoint_save_is_old_or_new) {
+  require_faults();
+  make_refs(false);
+  tk_tmpdir(g_dir, sizeof g_dir, "loom-fault");
+  snprintf(g_path, sizeof g_path, "%s/ckpt.safetensors", g_dir);
+  run_sweep(&(sweep){"checkpoint_save", ckpt_save_setup, ckpt_save_run, ckpt_save_after, ckpt_teardown});
+  tk_tmpdir_remove(g_dir);
+  snap_free(&g_ref1);
+  snap_free(&g_ref2);
+  tk_leak_check();
+}
+
+/* Restore step 2 into a trainer at step 1: refused restores change nothing
+ * that a retry does not set right. */
+static void *ckpt_restore_setup(void) {
+  files *f = calloc(1, sizeof *f);
+  f->tr = ckpt_trainer();
+  return f;
+}
+
+static loom_status ckpt_restore_run(void *ctx) {
+  files *f = ctx;
+  loom_train_state s = ckpt_state(f->tr, -1);
+  loom_status st = loom_checkpoint_restore(g_path, &s);
+  if (st == LOOM_OK && s.step != 2) return loom_set_error(LOOM_ERR_INTERNAL, "step %lld", (long long)s.step);
+  return st;
+}
+
+static void ckpt_restore_after(void *ctx, loom_status st, bool hit) {
+  files *f = ctx;
+  cr_assert_eq(ckpt_restore_run(f), LOOM_OK, "restore after the fault: %s", loom_last_error());
+  snap p;
+  snap_take(&p, f->tr->model);
+  cr_assert(snap_equal(&p, &g_ref2), "fault at call %ld: restored parameters differ", g_n);
+  snap_free(&p);
+  /* and training goes on from there exactly as from the saved run */
+  cr_assert_eq(train_step(f->tr), LOOM_OK);
+}
+
+Test(fault_sweep, checkpoint_restore) {
+  require_faults();
+  make_refs(false);
+  tk_tmpdir(g_dir, sizeof g_dir, "loom-fault");
+  snprintf(g_path, sizeof g_path, "%s/ckpt.safetensors", g_dir);
+  trainer *t = ckpt_trainer();
+  cr_assert_eq(train_step(t), LOOM_OK);
+  loom_train_state s = ckpt_state(t, 2);
+  cr_assert_eq(loom_checkpoint_save(g_path, &s), LOOM_OK, "%s", loom_last_error());
+  trainer_free(t);
+  run_sweep(&(sweep){"checkpoint_restore", ckpt_restore_setup, ckpt_restore_run, ckpt_restore_after, ckpt_teardown});
+  tk_tmpdir_remove(g_dir);
+  snap_free(&g_ref1);
+  snap_free(&g_ref2);
   tk_leak_check();
 }
