@@ -514,3 +514,160 @@ Test(fault_sweep, checkpoint_restore) {
   snap_free(&g_ref2);
   tk_leak_check();
 }
+
+/* ---- the loader: start and first batches, worker threads included ----------------- */
+
+#define LD_N 96
+#define LD_F 6
+
+typedef struct loader_ctx {
+  loom_dataset *ds;
+  loom_loader *l;
+  double sum;  /* of the first three batches' x */
+} loader_ctx;
+
+static double g_loader_sum;
+
+static void *loader_setup(void) {
+  static float x[LD_N * LD_F];
+  static int64_t y[LD_N];
+  for (int i = 0; i < LD_N * LD_F; i++) x[i] = (float)(i % 17) * 0.25f;
+  for (int i = 0; i < LD_N; i++) y[i] = i % 3;
+  loader_ctx *c = calloc(1, sizeof *c);
+  int64_t fs = LD_F;
+  c->ds = loom_dataset_memory(x, LOOM_F32, 1, &fs, y, LOOM_I64, LD_N, true);
+  cr_assert_not_null(c->ds, "%s", loom_last_error());
+  return c;
+}
+
+static loom_status loader_run(void *ctx) {
+  loader_ctx *c = ctx;
+  loom_loader_options o;
+  loom_loader_options_init(&o);
+  o.batch_size = 16;
+  o.shuffle = true;
+  o.seed = 3;
+  o.workers = 2;
+  o.prefetch = 2;
+  c->l = loom_loader_new(c->ds, &o);
+  if (!c->l) return loom_last_status();
+  c->sum = 0;
+  loom_status st = LOOM_OK;
+  for (int b = 0; b < 3 && st == LOOM_OK; b++) {
+    loom_scope_begin();
+    loom_tensor *x, *y;
+    st = loom_loader_next(c->l, &x, &y);
+    double s = 0;
+    if (st == LOOM_OK && x && loom_item(loom_sum_all(loom_mul(x, loom_add_scalar(x, (double)b))), &s) != LOOM_OK)
+      st = loom_last_status();
+    c->sum += s;
+    loom_scope_end();
+  }
+  return st;
+}
+
+static void loader_after(void *ctx, loom_status st, bool hit) {
+  loader_ctx *c = ctx;
+  if (st == LOOM_OK) cr_assert_eq(c->sum, g_loader_sum, "fault at call %ld: wrong batches", g_n);
+  loom_loader_free(c->l);
+  c->l = NULL;
+  cr_assert_eq(loader_run(c), LOOM_OK, "after the fault: %s", loom_last_error());
+  cr_assert_eq(c->sum, g_loader_sum);
+}
+
+static void loader_teardown(void *ctx) {
+  loader_ctx *c = ctx;
+  loom_loader_free(c->l);
+  loom_dataset_release(c->ds);
+  free(c);
+}
+
+Test(fault_sweep, loader_start_and_first_batches, .timeout = 300) {
+  require_faults();
+  loader_ctx *c = loader_setup();
+  cr_assert_eq(loader_run(c), LOOM_OK, "%s", loom_last_error());
+  g_loader_sum = c->sum;
+  loader_teardown(c);
+  run_sweep(&(sweep){"loader_start_3_batches", loader_setup, loader_run, loader_after, loader_teardown});
+  tk_leak_check();
+}
+
+/* ---- profiler trace, metrics / TensorBoard writer ---------------------------------- */
+
+static void *dir_setup(void) { return calloc(1, sizeof(files)); }
+static void dir_teardown(void *ctx) { free(ctx); }
+
+static loom_status prof_run(void *ctx) {
+  (void)ctx;
+  loom_profiler_options o;
+  loom_profiler_options_init(&o);
+  o.trace_path = g_path;
+  o.device_timing = LOOM_PROFILER_DEVICE_TIME_ALL;
+  loom_status st = loom_profiler_start(&o);
+  if (st != LOOM_OK) return st;
+  loom_scope_begin();
+  int64_t sh[2] = {16, 16};
+  loom_tensor *a = loom_full(2, sh, 0.5, LOOM_F32, loom_cpu());
+  loom_tensor *r = loom_relu(loom_matmul(a, a));
+  if (!r) st = loom_last_status();
+  loom_profiler_step();
+  loom_scope_end();
+  loom_status s2 = loom_profiler_stop();
+  return st != LOOM_OK ? st : s2;
+}
+
+static void prof_after(void *ctx, loom_status st, bool hit) {
+  cr_assert(!loom_profiler_is_running(), "fault at call %ld: the profiler is still running", g_n);
+  cr_assert_eq(prof_run(ctx), LOOM_OK, "after the fault: %s", loom_last_error());
+  struct stat sb;
+  cr_assert(stat(g_path, &sb) == 0 && sb.st_size > 100, "no trace after the fault");
+  char *sum = loom_profiler_summary(5);
+  cr_assert_not_null(sum, "%s", loom_last_error());
+  loom_free(sum);
+}
+
+Test(fault_sweep, profiler_trace) {
+  require_faults();
+  tk_tmpdir(g_dir, sizeof g_dir, "loom-fault");
+  snprintf(g_path, sizeof g_path, "%s/trace.json", g_dir);
+  run_sweep(&(sweep){"profiler_trace", dir_setup, prof_run, prof_after, dir_teardown});
+  tk_tmpdir_remove(g_dir);
+  tk_leak_check();
+}
+
+/* A log directory per sweep point: event files are named by second, pid and
+ * a counter that stops at 100 per second (lib/io/metrics.c). */
+static void *metrics_setup(void) {
+  snprintf(g_path, sizeof g_path, "%s/logs%ld", g_dir, g_n);
+  return dir_setup();
+}
+
+static loom_status metrics_run(void *ctx) {
+  (void)ctx;
+  loom_metrics *m = loom_metrics_open(g_path, NULL);
+  if (!m) return loom_last_status();
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < 3 && st == LOOM_OK; i++) st = loom_metrics_scalar(m, "train/loss", i, 1.0 / (i + 1));
+  if (st == LOOM_OK) st = loom_metrics_flush(m);
+  loom_status s2 = loom_metrics_close(m);
+  return st != LOOM_OK ? st : s2;
+}
+
+static void metrics_after(void *ctx, loom_status st, bool hit) {
+  cr_assert_eq(metrics_run(ctx), LOOM_OK, "after the fault: %s", loom_last_error());
+  char csv[600];
+  snprintf(csv, sizeof csv, "%s/metrics.csv", g_path);
+  struct stat sb;
+  cr_assert(stat(csv, &sb) == 0 && sb.st_size > 20, "no metrics.csv after the fault");
+}
+
+Test(fault_sweep, metrics_tensorboard_writer) {
+  require_faults();
+  tk_tmpdir(g_dir, sizeof g_dir, "loom-fault");
+  run_sweep(&(sweep){"metrics_tensorboard", metrics_setup, metrics_run, metrics_after, dir_teardown});
+  /* the logs directories hold event files and metrics.csv */
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  cr_assert_eq(system(cmd), 0);
+  tk_leak_check();
+}
