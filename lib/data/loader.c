@@ -472,6 +472,17 @@ static loom_status deliver_error(loom_loader *l) {
   return loom_set_error(l->sticky, "%s", l->sticky_msg);
 }
 
+loom_status loom_loader_fail(loom_loader *l) {
+  loom_status st = loom_last_status();
+  pthread_mutex_lock(&l->mu);
+  if (l->sticky == LOOM_OK) {
+    l->sticky = st;
+    snprintf(l->sticky_msg, sizeof l->sticky_msg, "%s", loom_last_error());
+  }
+  pthread_mutex_unlock(&l->mu);
+  return st;
+}
+
 loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holders) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_loader_next: out is NULL");
   memset(out, 0, sizeof *out);
