@@ -466,13 +466,20 @@ static loom_status check_all(const loom_safetensors *f, const loom_train_state *
 static loom_status apply_all(loom_safetensors *f, loom_train_state *s, const plan *p) {
   loom_status st = LOOM_OK;
   bool prev = loom_set_grad_enabled(false);
+  /* Read every tensor before writing any (file and memory errors end the
+   * restore before it changes anything), then copy them in. */
+  loom_tensor **src = loom_sys_calloc(p->n ? (size_t)p->n : 1, sizeof *src);
+  if (!src) st = loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
+  loom_scope_begin();
   for (int i = 0; i < p->n && st == LOOM_OK; i++) {
-    loom_scope_begin();
-    loom_tensor *src = loom_safetensors_get(f, p->items[i].name, loom_cpu());
-    st = src ? loom_copy_(p->items[i].dst, src) : loom_last_status();
-    loom_scope_end();
-    if (st != LOOM_OK) loom_error_prefix("checkpoint: restoring '%s'", p->items[i].name);
+    src[i] = loom_safetensors_get(f, p->items[i].name, loom_cpu());
+    if (!src[i]) st = loom_error_prefix("checkpoint: reading '%s'", p->items[i].name);
   }
+  for (int i = 0; i < p->n && st == LOOM_OK; i++)
+    if ((st = loom_copy_(p->items[i].dst, src[i])) != LOOM_OK)
+      loom_error_prefix("checkpoint: restoring '%s'", p->items[i].name);
+  loom_scope_end();
+  loom_sys_free(src);
   loom_set_grad_enabled(prev);
   if (st != LOOM_OK) return st;
   if (s->optimizer) {
