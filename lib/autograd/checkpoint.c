@@ -67,6 +67,7 @@ static loom_status ckpt_backward(loom_node *nd, loom_tensor *gy, loom_tensor **g
     if (!nd->needs_grad[k]) continue;
     if (in[k]->grad) {
       gx[k] = loom_tensor_adopt(loom_tensor_retain(in[k]->grad));
+      if (!gx[k]) st = loom_last_status();
     } else {  /* the output does not depend on this input */
       gx[k] = loom_full(in[k]->ndim, in[k]->shape, 0.0, in[k]->dtype, in[k]->storage->device);
       if (!gx[k]) st = loom_last_status();

@@ -139,6 +139,11 @@ loom_tensor *loom_tensor_alloc_raw(int ndim, const int64_t *shape, loom_dtype dt
   return t;
 }
 
+static void release_nothing(void *data, void *ctx) {
+  (void)data;
+  (void)ctx;
+}
+
 loom_tensor *loom_tensor_wrap(void *data, size_t nbytes, loom_device dev, int ndim, const int64_t *shape,
                               loom_dtype dt, loom_storage_release_fn release, void *ctx) {
   if (check_shape("loom_tensor_wrap", ndim, shape) != LOOM_OK) return NULL;
@@ -157,12 +162,12 @@ loom_tensor *loom_tensor_wrap(void *data, size_t nbytes, loom_device dev, int nd
     loom_sys_free(st);
     return NULL;
   }
-  return loom_tensor_adopt(t);
-}
-
-static void release_nothing(void *data, void *ctx) {
-  (void)data;
-  (void)ctx;
+  /* A failed wrap never calls release (callers give data back themselves):
+   * if the scope cannot take t, it dies without calling it. */
+  st->release = release_nothing;
+  if (!loom_tensor_adopt(t)) return NULL;
+  st->release = release;
+  return t;
 }
 
 loom_tensor *loom_tensor_view_raw(void *data, loom_dtype dt, int ndim, const int64_t *shape, loom_device dev) {
