@@ -11,6 +11,7 @@
  * checks half.h against F16C bit for bit), several times faster than the
  * portable bit manipulation. */
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 /* F16C where the CPU has it and the kernels' instruction set is AVX2 or
@@ -19,7 +20,9 @@ static int has_f16c(void) {
   static int cached = -1;
   if (cached < 0) {
     __builtin_cpu_init();
-    cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    /* F16C from CPUID itself: clang before 15 has no "f16c" for __builtin_cpu_supports. */
+    unsigned a, b, c, d;
+    cached = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
   }
   return cached && loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2;
 }
