@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run-tests.sh — set everything up, then build and run the whole test suite:
-#   1. an AddressSanitizer + UBSan build (CPU), ctest;
+#   1. an AddressSanitizer + UBSan build (CPU) with fault injection compiled
+#      in (the sweeps of tests/test_fault_sweep.c), ctest;
 #   2. the data and loader tests under ThreadSanitizer (in-process, see
 #      tests/support/criterion_or_tsan.h);
 #   3. a clang build (-Werror, CPU) and its unit tests;
@@ -22,7 +23,7 @@ OUT="${LOOM_TEST_BUILD_ROOT:-$ROOT/build-test}"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S "$ROOT" -B "$OUT/asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_WERROR=ON -DLOOM_CUDA=OFF \
-  -DLOOM_SANITIZE=address,undefined -DLOOM_BUILD_BENCH=OFF >/dev/null
+  -DLOOM_SANITIZE=address,undefined -DLOOM_FAULT_INJECTION=ON -DLOOM_BUILD_BENCH=OFF >/dev/null
 cmake --build "$OUT/asan" -j"$JOBS"
 (cd "$OUT/asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
 

@@ -140,7 +140,11 @@ LOOM_API loom_status loom_checkpoint_save(const char *path, const loom_train_sta
  * the file that st does not ask for are ignored) and the global RNG, and set
  * st->step. Everything is checked first — names, shapes, dtypes, optimizer
  * type, loader configuration — so a mismatching checkpoint changes nothing
- * and says what differs. Under a mixed-precision policy the low-precision
+ * and says what differs; and every tensor is read before any is written, so
+ * an unreadable file or running out of memory while reading changes nothing
+ * either (tests/test_fault_sweep.c fails each allocation and file call in
+ * turn). Only a failure after that (a device copy, refreshing f16/bf16 weight
+ * copies) can leave the objects partly restored; restoring again fixes them. Under a mixed-precision policy the low-precision
  * weight copies are refreshed. Resuming this way continues training
  * bit-identically on the CPU (same thread count). */
 LOOM_API loom_status loom_checkpoint_restore(const char *path, loom_train_state *st);

@@ -46,7 +46,10 @@ LOOM_API loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_
  * infinities included). LOOM_ERR_IO if a write fails. */
 LOOM_API loom_status loom_metrics_scalar(loom_metrics *m, const char *tag, int64_t step, double value);
 LOOM_API loom_status loom_metrics_flush(loom_metrics *m);
-/* Flush, close and free (NULL is a no-op); returns the first write error. */
+/* Flush, close and free (NULL is a no-op); returns the first write error.
+ * A write error is sticky: every later call returns it (the files may end in
+ * a partial record, which TensorBoard's reader drops by its CRC); close the
+ * writer and open a new one. */
 LOOM_API loom_status loom_metrics_close(loom_metrics *m);
 /* The event file's path (valid until close; NULL without tensorboard). */
 LOOM_API const char *loom_metrics_event_path(const loom_metrics *m);

@@ -17,6 +17,14 @@
  * groups from a model: weights with weight decay, and BatchNorm parameters
  * and biases without it.
  *
+ * Failures: a training step (forward, loom_backward, loom_scaler_step /
+ * loom_optimizer_step) that returns an error leaves the parameters, the
+ * optimizer's state and the loss scaler exactly as they were, so the same
+ * step can simply be retried (tests/test_fault_sweep.c: every allocation
+ * failed in turn, compared bit for bit with an unfaulted run). What a failed
+ * step may have changed: gradients (zero_grad resets them) and BatchNorm's
+ * running statistics (updated by the forward before the failure).
+ *
  * Threads: an optimizer is used by one thread at a time. */
 #ifndef LOOM_OPTIM_H
 #define LOOM_OPTIM_H

@@ -78,7 +78,9 @@ LOOM_API loom_status loom_profiler_start(const loom_profiler_options *o);
 /* Stop recording: collect device times, write the trace (when a path was
  * given) and print the summary (when asked). The recording stays available
  * for loom_profiler_summary* and loom_profiler_write_trace until the next
- * start. LOOM_ERR_STATE if not running. */
+ * start. LOOM_ERR_STATE if not running. A failure (writing the trace, out of
+ * memory) is returned after recording has stopped; a failed start leaves the
+ * profiler stopped. Either way the next start works. */
 LOOM_API loom_status loom_profiler_stop(void);
 LOOM_API bool loom_profiler_is_running(void);
 /* Mark the end of a training step: the time since the previous mark (or the

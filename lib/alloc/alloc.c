@@ -25,6 +25,7 @@
 #include "core/struct_size.h"
 #include "core/teardown.h"
 #include "device/device_internal.h"
+#include "core/sys.h"
 
 #define SLOT_CPU 0
 #define SLOT_PINNED 1
@@ -391,7 +392,7 @@ loom_status loom_memory_reset_counters(loom_device dev) {
 }
 
 static char *dup_str(const char *s) {
-  char *r = strdup(s);
+  char *r = loom_sys_strdup(s);
   if (!r) loom_set_error(LOOM_ERR_OOM, "out of host memory");
   return r;
 }

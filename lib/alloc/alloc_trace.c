@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "alloc/alloc_internal.h"
+#include "core/sys.h"
 
 static pthread_mutex_t g_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *g_trace = NULL;
@@ -51,10 +52,10 @@ static void trace_free(void *ud, uint64_t id) {
 
 loom_status loom_alloc_trace_start(const char *path) {
   if (!path) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_alloc_trace_start: path is NULL");
-  FILE *f = fopen(path, "a");
+  FILE *f = loom_sys_fopen(path, "a");
   if (!f) return loom_set_error(LOOM_ERR_IO, "loom_alloc_trace_start: cannot open '%s' for appending", path);
   pthread_mutex_lock(&g_trace_lock);
-  if (g_trace) fclose(g_trace);
+  if (g_trace) loom_sys_fclose(g_trace);
   g_trace = f;
   g_trace_nstreams = 0;
   fprintf(f, "# loom allocation trace v1: alloc <id> <bytes> <stream> | free <id> | epoch <n>\n");
@@ -65,7 +66,7 @@ loom_status loom_alloc_trace_start(const char *path) {
 
 void loom_alloc_trace_stop(void) {
   pthread_mutex_lock(&g_trace_lock);
-  if (g_trace) fclose(g_trace);
+  if (g_trace) loom_sys_fclose(g_trace);
   g_trace = NULL;
   atomic_store(&g_tracing, 0);
   pthread_mutex_unlock(&g_trace_lock);

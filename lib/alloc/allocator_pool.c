@@ -6,6 +6,7 @@
 #include "alloc/allocator.h"
 #include "core/error.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 typedef struct pool_allocator {
   loom_allocator base;
@@ -50,7 +51,7 @@ static loom_status p_reconfigure(loom_allocator *a, const loom_alloc_options *o,
 static void p_destroy(loom_allocator *a) {
   if (!a) return;
   loom_pool_destroy(pool_of(a));
-  free(a);
+  loom_sys_free(a);
 }
 
 static const loom_allocator_ops g_pool_ops = {
@@ -61,11 +62,11 @@ static const loom_allocator_ops g_pool_ops = {
 loom_status loom_allocator_pool_create(const loom_provider *prov, const loom_pool_config *cfg, int sites_key,
                                        int expandable_fixed, loom_allocator **out) {
   *out = NULL;
-  pool_allocator *pa = calloc(1, sizeof *pa);
+  pool_allocator *pa = loom_sys_calloc(1, sizeof *pa);
   if (!pa) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", cfg->name);
   loom_status st = loom_pool_create(prov, cfg, &pa->pool);
   if (st != LOOM_OK) {
-    free(pa);
+    loom_sys_free(pa);
     return st;
   }
   pa->base.ops = &g_pool_ops;

@@ -18,6 +18,7 @@
 #include "alloc/alloc.h"
 #include "alloc/alloc_internal.h"
 #include "alloc/allocator.h"
+#include "core/sys.h"
 #include "core/teardown.h"
 
 #define MAX_PRIVATE 64
@@ -197,7 +198,7 @@ static loom_status r_reconfigure(loom_allocator *a, const loom_alloc_options *o,
 static void r_destroy(loom_allocator *a) {
   if (!a) return;
   own_of(a)->ops->destroy(own_of(a));
-  free(a);
+  loom_sys_free(a);
 }
 
 static const loom_allocator_ops g_router_ops = {
@@ -207,7 +208,7 @@ static const loom_allocator_ops g_router_ops = {
 
 loom_status loom_allocator_router_create(int slot, loom_allocator *own, loom_allocator **out) {
   *out = NULL;
-  router *r = calloc(1, sizeof *r);
+  router *r = loom_sys_calloc(1, sizeof *r);
   if (!r) return loom_set_error(LOOM_ERR_OOM, "allocator: out of host memory");
   r->base.ops = &g_router_ops;
   r->base.backend = own->backend;

@@ -11,6 +11,7 @@
 
 #include "alloc/alloc_internal.h"
 #include "core/struct_size.h"
+#include "core/sys.h"
 
 #define KNOWN_KEYS \
   "preallocate, limit, max_split_size_mb, garbage_collection_threshold, backend, history, expandable_segments"
@@ -107,7 +108,7 @@ loom_status loom_alloc_options_parse(const char *conf, loom_alloc_options *o) {
   loom_alloc_options r;
   loom_alloc_options_init(&r);
   LOOM_TRY(LOOM_STRUCT_IN("loom_alloc_options_parse", loom_alloc_options, &r, o));
-  char *copy = strdup(conf);
+  char *copy = loom_sys_strdup(conf);
   if (!copy) return loom_set_error(LOOM_ERR_OOM, "loom_alloc_options_parse: out of host memory");
   loom_status st = LOOM_OK;
   char *save = NULL;
@@ -177,7 +178,7 @@ loom_status loom_alloc_options_parse(const char *conf, loom_alloc_options *o) {
                           conf, key);
     }
   }
-  free(copy);
+  loom_sys_free(copy);
   if (st == LOOM_OK) st = loom_alloc_options_check(&r);  /* combinations (expandable with preallocate, ...) */
   if (st == LOOM_OK) st = LOOM_STRUCT_OUT("loom_alloc_options_parse", loom_alloc_options, o, &r);
   return st;

@@ -22,6 +22,7 @@
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 #ifdef LOOM_HAVE_CUDA
 
@@ -53,7 +54,7 @@ static void bump(loom_memory_stat *a, int64_t d) {
 loom_status loom_allocator_async_create(int index, const char *name, size_t limit, loom_allocator **out) {
   *out = NULL;
   LOOM_TRY(loom_cuda_set_device(index));
-  loom_async *a = calloc(1, sizeof *a);
+  loom_async *a = loom_sys_calloc(1, sizeof *a);
   if (!a) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", name);
   struct cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
@@ -62,14 +63,14 @@ loom_status loom_allocator_async_create(int index, const char *name, size_t limi
   props.location.id = loom_device_physical(index);
   cudaError_t e = cudaMemPoolCreate(&a->pool, &props);
   if (e != cudaSuccess) {
-    free(a);
+    loom_sys_free(a);
     return loom_cuda_error(e, "cudaMemPoolCreate", __FILE__, __LINE__);
   }
   uint64_t threshold = UINT64_MAX;
   e = cudaMemPoolSetAttribute(a->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
   if (e != cudaSuccess) {
     cudaMemPoolDestroy(a->pool);
-    free(a);
+    loom_sys_free(a);
     return loom_cuda_error(e, "cudaMemPoolSetAttribute(ReleaseThreshold)", __FILE__, __LINE__);
   }
   pthread_mutex_init(&a->mu, NULL);
@@ -108,7 +109,9 @@ static loom_status a_malloc(loom_allocator *base, size_t n, loom_stream *s, void
   pthread_mutex_unlock(&a->mu);
   cudaStream_t cs = (cudaStream_t)loom_stream_native(s);
   void *p = NULL;
-  cudaError_t e = cudaMallocFromPoolAsync(&p, size, a->pool, cs);
+  /* Fault injection (core/fault.h): the device reports itself full. */
+  cudaError_t e = loom_fault_fail(LOOM_FAULT_DEVICE) ? cudaErrorMemoryAllocation
+                                                     : cudaMallocFromPoolAsync(&p, size, a->pool, cs);
   int retried = 0;
   if (e == cudaErrorMemoryAllocation) {
     /* Give cached memory back to the device and retry once. */
@@ -131,9 +134,9 @@ static loom_status a_malloc(loom_allocator *base, size_t n, loom_stream *s, void
                           "%s (cuda_async): cudaMallocFromPoolAsync of %zu bytes failed: %s; %zu bytes free of %zu",
                           a->name, n, cudaGetErrorString(e), fr, tot);
   }
-  async_alloc *r = calloc(1, sizeof *r);
+  async_alloc *r = loom_sys_calloc(1, sizeof *r);
   if (!r || !loom_ptrmap_put(&a->live, (uintptr_t)p, r)) {
-    free(r);
+    loom_sys_free(r);
     pthread_mutex_unlock(&a->mu);
     cudaFreeAsync(p, cs);
     return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for allocator bookkeeping", a->name);
@@ -189,8 +192,8 @@ static loom_status a_free(loom_allocator *base, void *ptr) {
     cudaError_t e = cudaFreeAsync(ptr, cs);
     if (e != cudaSuccess) st = loom_cuda_error(e, "cudaFreeAsync", __FILE__, __LINE__);
   }
-  free(r->uses);
-  free(r);
+  loom_sys_free(r->uses);
+  loom_sys_free(r);
   return st;
 }
 
@@ -205,7 +208,7 @@ static loom_status a_record(loom_allocator *base, void *ptr, loom_stream *s) {
     int seen = 0;
     for (int i = 0; i < r->nuses; i++) seen |= r->uses[i] == s;
     if (!seen) {
-      loom_stream **u = realloc(r->uses, (size_t)(r->nuses + 1) * sizeof *u);
+      loom_stream **u = loom_sys_realloc(r->uses, (size_t)(r->nuses + 1) * sizeof *u);
       if (!u) st = loom_set_error(LOOM_ERR_OOM, "loom_alloc_record_stream: out of host memory");
       else {
         r->uses = u;
@@ -283,7 +286,7 @@ static char *a_summary(loom_allocator *base) {
   loom_memory_stats s;
   s.struct_size = sizeof s;
   a_stats(&a->base, &s);
-  char *buf = malloc(1024);
+  char *buf = loom_sys_malloc(1024);
   if (!buf) {
     loom_set_error(LOOM_ERR_OOM, "out of host memory");
     return NULL;
@@ -302,7 +305,7 @@ static char *a_snapshot(loom_allocator *base) {
   loom_memory_stats s;
   s.struct_size = sizeof s;
   a_stats(&a->base, &s);
-  char *buf = malloc(512);
+  char *buf = loom_sys_malloc(512);
   if (!buf) {
     loom_set_error(LOOM_ERR_OOM, "out of host memory");
     return NULL;
@@ -324,12 +327,12 @@ static void a_destroy(loom_allocator *base) {
   for (size_t i = 0; i < a->live.cap; i++)
     if (a->live.keys[i]) {
       async_alloc *r = a->live.vals[i];
-      free(r->uses);
-      free(r);
+      loom_sys_free(r->uses);
+      loom_sys_free(r);
     }
   loom_ptrmap_free(&a->live);
   pthread_mutex_destroy(&a->mu);
-  free(a);
+  loom_sys_free(a);
 }
 
 static const loom_allocator_ops g_async_ops = {

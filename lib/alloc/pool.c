@@ -3,6 +3,7 @@
  * the cross-stream and OOM fallbacks, free (pending until other streams are
  * done), record_stream, empty_cache, creation, destruction and controls. */
 #include "alloc/pool_internal.h"
+#include "core/sys.h"
 
 /* ---- allocation ------------------------------------------------------------ */
 
@@ -317,8 +318,8 @@ void loom_pool_config_init(loom_pool_config *c, const char *name) {
 
 static int set_history(loom_pool *p, int n) {
   hist_entry *h = NULL;
-  if (n > 0 && !(h = calloc((size_t)n, sizeof *h))) return 0;
-  free(p->hist);
+  if (n > 0 && !(h = loom_sys_calloc((size_t)n, sizeof *h))) return 0;
+  loom_sys_free(p->hist);
   p->hist = h;
   p->cfg.history = n > 0 ? n : 0;
   p->hist_len = p->hist_head = 0;
@@ -357,7 +358,7 @@ static loom_status setup_expandable(loom_pool *p) {
 loom_status loom_pool_create(const loom_provider *prov, const loom_pool_config *cfg, loom_pool **out) {
   if (!prov || !cfg || !out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_pool_create: NULL argument");
   *out = NULL;
-  loom_pool *p = calloc(1, sizeof *p);
+  loom_pool *p = loom_sys_calloc(1, sizeof *p);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "loom_pool_create: out of host memory");
   pthread_mutex_init(&p->mu, NULL);
   p->prov = prov;
@@ -418,27 +419,27 @@ void loom_pool_destroy(loom_pool *p) {
     }
     for (block *b = sg->head; b;) {
       block *nx = b->next;
-      free(b->uses);
-      free(b);
+      loom_sys_free(b->uses);
+      loom_sys_free(b);
       b = nx;
     }
-    free(sg);
+    loom_sys_free(sg);
   }
   for (int i = 0; i < p->npend; i++) p->prov->event_free(p->prov->ctx, p->pend[i].ev);
   for (int i = 0; i < p->nevcache; i++) p->prov->event_free(p->prov->ctx, p->evcache[i].ev);
   while (p->spare) {
     block *nx = p->spare->spare_next;
-    free(p->spare->uses);
-    free(p->spare);
+    loom_sys_free(p->spare->uses);
+    loom_sys_free(p->spare);
     p->spare = nx;
   }
   loom_ptrmap_free(&p->live);
-  free(p->segs);
-  free(p->pend);
-  free(p->evcache);
-  free(p->hist);
+  loom_sys_free(p->segs);
+  loom_sys_free(p->pend);
+  loom_sys_free(p->evcache);
+  loom_sys_free(p->hist);
   pthread_mutex_destroy(&p->mu);
-  free(p);
+  loom_sys_free(p);
 }
 
 loom_status loom_pool_set_controls(loom_pool *p, size_t limit, size_t max_split_size, double gc_threshold,

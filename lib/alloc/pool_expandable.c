@@ -8,6 +8,7 @@
  * next to each other and are in no index; seg->mapped is the sum of the
  * other blocks; a range with nothing mapped is given back at once. */
 #include "alloc/pool_internal.h"
+#include "core/sys.h"
 
 static uintptr_t up(uintptr_t n, size_t g) { return (n + g - 1) / g * g; }
 static uintptr_t down(uintptr_t n, size_t g) { return n / g * g; }
@@ -50,14 +51,14 @@ static loom_status exp_release(loom_pool *p, segment *sg) {
   loom_status st = p->prov->va_release(p->prov->ctx, (void *)sg->base, sg->size);
   loom_pool_seg_remove(p, sg);
   loom_pool_block_recycle(p, sg->head);
-  free(sg);
+  loom_sys_free(sg);
   return st;
 }
 
 static loom_status exp_reserve(loom_pool *p, int kind, loom_stream *s, size_t size, block **out) {
   size_t n = p->va_size > size ? p->va_size : (size_t)up(size, p->granule);
   void *base = NULL;
-  loom_status st = p->prov->va_reserve(p->prov->ctx, n, &base);
+  loom_status st = loom_pool_prov_va_reserve(p, n, &base);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "reserving %zu bytes of address space: %s", n,
              loom_last_error());
@@ -94,7 +95,7 @@ static void reclaim(loom_pool *p, loom_stream *s, size_t need, const block *keep
   for (int pass = 0; pass < 2; pass++) {
     block **arr = NULL;
     if (pass == 1) {
-      if (n == 0 || !(arr = malloc((size_t)n * sizeof *arr))) return;
+      if (n == 0 || !(arr = loom_sys_malloc((size_t)n * sizeof *arr))) return;
       n = 0;
     }
     for (int i = 0; i < p->nsegs; i++) {
@@ -113,7 +114,7 @@ static void reclaim(loom_pool *p, loom_stream *s, size_t need, const block *keep
         block *cont;
         freed += unmap_block(p, arr[i], need - freed, NULL, &cont, 0);
       }
-      free(arr);
+      loom_sys_free(arr);
     }
   }
 }
@@ -166,7 +167,7 @@ static loom_status map_into(loom_pool *p, block *best, size_t need, block **out)
   block *rest = need < best->size ? loom_pool_block_new(p) : NULL;
   loom_status st = need < best->size && !rest
                        ? loom_set_error(LOOM_ERR_OOM, "out of host memory for allocator bookkeeping")
-                       : p->prov->va_map(p->prov->ctx, (void *)best->addr, need);
+                       : loom_pool_prov_va_map(p, (void *)best->addr, need);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
     if (rest) loom_pool_block_recycle(p, rest);

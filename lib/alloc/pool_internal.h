@@ -33,6 +33,7 @@
 #include "alloc/ptrmap.h"
 #include "core/error.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define LOOM_POOL_ASAN 1
@@ -120,11 +121,31 @@ static inline int grow(void **arr, int *cap, int need, size_t elem) {
   if (need <= *cap) return 1;
   int nc = *cap ? *cap * 2 : 16;
   while (nc < need) nc *= 2;
-  void *p = realloc(*arr, (size_t)nc * elem);
+  void *p = loom_sys_realloc(*arr, (size_t)nc * elem);
   if (!p) return 0;
   *arr = p;
   *cap = nc;
   return 1;
+}
+
+/* What the pool reserves from its provider (segments, address space,
+ * mappings) goes through these, so fault injection (core/fault.h,
+ * LOOM_FAULT_DEVICE) can make the Nth reservation of any provider fail the
+ * way a full device does: LOOM_ERR_OOM. */
+static inline loom_status loom_pool_injected_oom(loom_pool *p, const char *what, size_t n) {
+  return loom_set_error(LOOM_ERR_OOM, "%s: out of memory %s %zu bytes (injected fault)", p->prov->name, what, n);
+}
+static inline loom_status loom_pool_prov_seg_alloc(loom_pool *p, size_t n, void **out) {
+  if (loom_fault_fail(LOOM_FAULT_DEVICE)) return loom_pool_injected_oom(p, "allocating", n);
+  return p->prov->seg_alloc(p->prov->ctx, n, out);
+}
+static inline loom_status loom_pool_prov_va_reserve(loom_pool *p, size_t n, void **base) {
+  if (loom_fault_fail(LOOM_FAULT_DEVICE)) return loom_pool_injected_oom(p, "reserving address space of", n);
+  return p->prov->va_reserve(p->prov->ctx, n, base);
+}
+static inline loom_status loom_pool_prov_va_map(loom_pool *p, void *addr, size_t n) {
+  if (loom_fault_fail(LOOM_FAULT_DEVICE)) return loom_pool_injected_oom(p, "mapping", n);
+  return p->prov->va_map(p->prov->ctx, addr, n);
 }
 
 static inline void poison(loom_pool *p, uintptr_t a, size_t n) {

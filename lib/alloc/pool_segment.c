@@ -3,6 +3,7 @@
  * policies), coalescing freed blocks, and completing pending cross-stream
  * frees when their events have fired. */
 #include "alloc/pool_internal.h"
+#include "core/sys.h"
 
 size_t loom_pool_round_size(size_t n) {
   if (n < LOOM_POOL_MIN_BLOCK) return LOOM_POOL_MIN_BLOCK;
@@ -25,7 +26,7 @@ block *loom_pool_block_new(loom_pool *p) {
     b->uses = uses;
     b->capuses = cap;
   } else {
-    b = calloc(1, sizeof *b);
+    b = loom_sys_calloc(1, sizeof *b);
     if (!b) return NULL;
   }
   p->rng ^= p->rng << 13;
@@ -88,10 +89,10 @@ loom_status loom_pool_wait_for_stream(loom_pool *p, loom_stream *waiter, loom_st
 }
 
 segment *loom_pool_seg_add(loom_pool *p, int kind, loom_stream *s, uintptr_t base, size_t n) {
-  segment *sg = calloc(1, sizeof *sg);
+  segment *sg = loom_sys_calloc(1, sizeof *sg);
   block *b = loom_pool_block_new(p);
   if (!sg || !b || !grow((void **)&p->segs, &p->capsegs, p->nsegs + 1, sizeof(segment *))) {
-    free(sg);
+    loom_sys_free(sg);
     if (b) loom_pool_block_recycle(p, b);
     snprintf(p->provider_msg, sizeof p->provider_msg, "out of host memory for allocator bookkeeping");
     return NULL;
@@ -130,7 +131,7 @@ loom_status loom_pool_seg_new(loom_pool *p, int kind, size_t n, loom_stream *s, 
     return loom_set_error(LOOM_ERR_OOM, "%s", p->provider_msg);
   }
   void *ptr = NULL;
-  loom_status st = p->prov->seg_alloc(p->prov->ctx, n, &ptr);
+  loom_status st = loom_pool_prov_seg_alloc(p, n, &ptr);
   if (st != LOOM_OK) {
     snprintf(p->provider_msg, sizeof p->provider_msg, "%s", loom_last_error());
     return st;
@@ -162,7 +163,7 @@ loom_status loom_pool_seg_release(loom_pool *p, block *b) {
   p->st.num_device_frees++;
   history(p, H_SEGMENT_FREE, sg->base, sg->size, b->stream, NULL);
   loom_pool_block_recycle(p, b);
-  free(sg);
+  loom_sys_free(sg);
   return st;
 }
 
@@ -238,7 +239,7 @@ void loom_pool_garbage_collect(loom_pool *p, size_t need) {
   if (!cap || (double)((size_t)p->st.reserved_bytes[0].current + need) <= target) return;
   int n = p->st.segments[0].current > 0 ? (int)p->st.segments[0].current : 0;
   if (p->cfg.expandable) n += collect_unmappable(p, NULL);
-  block **arr = malloc((size_t)(n + 1) * sizeof *arr);
+  block **arr = loom_sys_malloc((size_t)(n + 1) * sizeof *arr);
   if (!arr) return;
   int len = 0;
   collect_whole(p->root[LOOM_POOL_SMALL][1], arr, &len);
@@ -251,7 +252,7 @@ void loom_pool_garbage_collect(loom_pool *p, size_t need) {
     if (arr[i]->seg->expandable) loom_pool_exp_unmap_block(p, arr[i], NULL);
     else loom_pool_seg_release(p, arr[i]);
   }
-  free(arr);
+  loom_sys_free(arr);
 }
 
 block *loom_pool_merge_insert(loom_pool *p, block *b) {

@@ -4,6 +4,7 @@
 
 #include "core/text.h"
 #include "alloc/pool_internal.h"
+#include "core/sys.h"
 
 static const char *const hist_names[] = {"alloc", "free", "free_completed", "segment_alloc", "segment_free", "oom"};
 
@@ -82,7 +83,7 @@ static void sb_json_str(loom_text *b, const char *s) {
 
 static char *sb_finish(loom_text *b) {
   if (b->failed) {
-    free(b->s);
+    loom_sys_free(b->s);
     loom_set_error(LOOM_ERR_OOM, "out of host memory formatting allocator state");
     return NULL;
   }

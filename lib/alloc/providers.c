@@ -11,6 +11,7 @@
 #include "alloc/provider.h"
 #include "alloc/vmm.h"
 #include "device/device_internal.h"
+#include "core/sys.h"
 
 /* ---- events, shared by every real provider ------------------------------ */
 
@@ -62,7 +63,7 @@ static loom_status host_mem_info(void *ctx, size_t *free_bytes, size_t *total_by
 
 static loom_status cpu_seg_alloc(void *ctx, size_t n, void **out) {
   (void)ctx;
-  void *p = aligned_alloc(64, n);
+  void *p = loom_sys_aligned_alloc(64, n);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "aligned_alloc of %zu bytes failed (host memory exhausted)", n);
   *out = p;
   return LOOM_OK;
@@ -71,7 +72,7 @@ static loom_status cpu_seg_alloc(void *ctx, size_t n, void **out) {
 static loom_status cpu_seg_free(void *ctx, void *p, size_t n) {
   (void)ctx;
   (void)n;
-  free(p);
+  loom_sys_free(p);
   return LOOM_OK;
 }
 

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include "core/sys.h"
 
 typedef struct loom_ptrmap {
   uintptr_t *keys;
@@ -32,16 +33,16 @@ static inline void *loom_ptrmap_get(const loom_ptrmap *m, uintptr_t k) {
 static inline int loom_ptrmap_put(loom_ptrmap *m, uintptr_t k, void *v);
 
 static inline int loom_ptrmap_rehash(loom_ptrmap *m, size_t ncap) {
-  loom_ptrmap n = {calloc(ncap, sizeof(uintptr_t)), calloc(ncap, sizeof(void *)), ncap, 0};
+  loom_ptrmap n = {loom_sys_calloc(ncap, sizeof(uintptr_t)), loom_sys_calloc(ncap, sizeof(void *)), ncap, 0};
   if (!n.keys || !n.vals) {
-    free(n.keys);
-    free(n.vals);
+    loom_sys_free(n.keys);
+    loom_sys_free(n.vals);
     return 0;
   }
   for (size_t i = 0; i < m->cap; i++)
     if (m->keys[i]) loom_ptrmap_put(&n, m->keys[i], m->vals[i]);
-  free(m->keys);
-  free(m->vals);
+  loom_sys_free(m->keys);
+  loom_sys_free(m->vals);
   *m = n;
   return 1;
 }
@@ -82,8 +83,8 @@ static inline void *loom_ptrmap_del(loom_ptrmap *m, uintptr_t k) {
 }
 
 static inline void loom_ptrmap_free(loom_ptrmap *m) {
-  free(m->keys);
-  free(m->vals);
+  loom_sys_free(m->keys);
+  loom_sys_free(m->vals);
   m->keys = NULL;
   m->vals = NULL;
   m->cap = m->len = 0;

@@ -10,6 +10,7 @@
 
 #include "alloc/vmm.h"
 #include "core/error.h"
+#include "core/sys.h"
 
 size_t loom_vmm_cpu_granularity(void *ctx) {
   (void)ctx;
@@ -19,7 +20,7 @@ size_t loom_vmm_cpu_granularity(void *ctx) {
 
 loom_status loom_vmm_cpu_reserve(void *ctx, size_t n, void **base) {
   (void)ctx;
-  void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *p = loom_sys_mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     return loom_set_error(LOOM_ERR_OOM, "mmap reserving %zu bytes of address space: %s", n, strerror(errno));
   *base = p;
@@ -28,7 +29,7 @@ loom_status loom_vmm_cpu_reserve(void *ctx, size_t n, void **base) {
 
 loom_status loom_vmm_cpu_release(void *ctx, void *base, size_t n) {
   (void)ctx;
-  if (munmap(base, n) != 0)
+  if (loom_sys_munmap(base, n) != 0)
     return loom_set_error(LOOM_ERR_INTERNAL, "munmap of the %zu-byte reservation at %p: %s", n, base, strerror(errno));
   return LOOM_OK;
 }
@@ -43,7 +44,7 @@ loom_status loom_vmm_cpu_map(void *ctx, void *addr, size_t n) {
 
 loom_status loom_vmm_cpu_unmap(void *ctx, void *addr, size_t n) {
   (void)ctx;
-  void *p = mmap(addr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void *p = loom_sys_mmap(addr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (p == MAP_FAILED)
     return loom_set_error(LOOM_ERR_INTERNAL, "mmap decommitting %zu bytes at %p: %s", n, addr, strerror(errno));
   return LOOM_OK;

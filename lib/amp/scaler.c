@@ -23,6 +23,7 @@
 #include "core/struct_size.h"
 #include "loom/ops.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
@@ -91,7 +92,7 @@ loom_grad_scaler *loom_scaler_new(const loom_scaler_options *opt) {
   loom_scaler_options_init(&o);
   if (LOOM_STRUCT_IN("scaler", loom_scaler_options, &o, opt) != LOOM_OK) return NULL;
   if (check_options(&o) != LOOM_OK) return NULL;
-  loom_grad_scaler *s = calloc(1, sizeof *s);
+  loom_grad_scaler *s = loom_sys_calloc(1, sizeof *s);
   if (!s) {
     loom_set_error(LOOM_ERR_OOM, "scaler: out of host memory");
     return NULL;
@@ -108,7 +109,7 @@ void loom_scaler_free(loom_grad_scaler *s) {
   if (s->d) loom_alloc_free(s->dev, s->d);
   loom_dev_table_free(s->unscale_table);
 #endif
-  free(s);
+  loom_sys_free(s);
 }
 
 #ifdef LOOM_HAVE_CUDA

@@ -8,6 +8,7 @@
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
 #include "ops/op.h"
+#include "core/sys.h"
 #ifdef LOOM_HAVE_CUDA
 #include "alloc/alloc.h"
 #endif
@@ -21,7 +22,7 @@ static loom_tensor *dense(loom_tensor *g) { return loom_tensor_is_contiguous(g) 
 static loom_status unscale_pass(loom_tensor *const *params, int n, float inv_scale, const float *inv_dev, bool check,
                                 int32_t *found_dev, int *bad, struct loom_dev_table **table) {
   if (n <= 0) return LOOM_OK;
-  loom_amp_unscale_item *items = malloc((size_t)n * sizeof *items);
+  loom_amp_unscale_item *items = loom_sys_malloc((size_t)n * sizeof *items);
   if (!items) return loom_set_error(LOOM_ERR_OOM, "amp unscale: out of host memory for %d gradients", n);
   loom_status st = LOOM_OK;
   int k = 0;
@@ -77,7 +78,7 @@ static loom_status unscale_pass(loom_tensor *const *params, int n, float inv_sca
   }
   loom_scope_end();
   loom_set_grad_enabled(prev);
-  free(items);
+  loom_sys_free(items);
   if (st != LOOM_OK) return st;
   /* The copies' gradients now live in the masters: drop them, so a second
    * call (or the optimizer's own gather) does not count them twice. */

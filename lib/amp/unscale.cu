@@ -17,6 +17,7 @@
 #include "device/sync_stats.h"
 #include "ops/cuda/cuda_dtype.cuh"
 #include "ops/cuda/dev_table.h"
+#include "core/sys.h"
 
 extern "C" {
 /* From device/device_internal.h and core/error.h (C headers C++ cannot include). */
@@ -88,7 +89,7 @@ extern "C" loom_status loom_cuda_amp_unscale(loom_device dev, const loom_amp_uns
   /* [items | chunks] in one host buffer -> one device table. */
   size_t off_chunks = ((size_t)n * sizeof(loom_amp_unscale_item) + 15) & ~(size_t)15;
   size_t bytes = off_chunks + (size_t)total * sizeof(chunk_desc);
-  char *host = (char *)calloc(1, bytes);  /* zeroed: padding too, the table is compared bytewise */
+  char *host = (char *)loom_sys_calloc(1, bytes);  /* zeroed: padding too, the table is compared bytewise */
   if (!host) return loom_set_error(LOOM_ERR_OOM, "amp unscale: out of host memory for the work list");
   memcpy(host, items, (size_t)n * sizeof(loom_amp_unscale_item));
   chunk_desc *ch = (chunk_desc *)(host + off_chunks);
@@ -99,7 +100,7 @@ extern "C" loom_status loom_cuda_amp_unscale(loom_device dev, const loom_amp_uns
   loom_dev_table *own = NULL;
   void *d = NULL;
   st = loom_dev_table_sync(table ? table : &own, dev, host, bytes, &d);
-  free(host);
+  loom_sys_free(host);
   if (st == LOOM_OK) {
     unscale_kernel<<<(unsigned)total, THREADS, 0, stream>>>((const loom_amp_unscale_item *)d,
                                                              (const chunk_desc *)((char *)d + off_chunks), inv_scale,

@@ -17,6 +17,7 @@
 #include "loom/autograd.h"
 #include "tensor/grad_mode.h"
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 typedef struct ckpt {
   loom_checkpoint_fn fn;
@@ -24,7 +25,7 @@ typedef struct ckpt {
   uint64_t rng_seed, rng_offset;  /* where the forward pass drew from */
 } ckpt;
 
-static void ckpt_free(void *p) { free(p); }
+static void ckpt_free(void *p) { loom_sys_free(p); }
 
 /* A new header over t's memory that belongs to no scope and no graph. */
 static loom_tensor *detached(const loom_tensor *t) {
@@ -66,6 +67,7 @@ static loom_status ckpt_backward(loom_node *nd, loom_tensor *gy, loom_tensor **g
     if (!nd->needs_grad[k]) continue;
     if (in[k]->grad) {
       gx[k] = loom_tensor_adopt(loom_tensor_retain(in[k]->grad));
+      if (!gx[k]) st = loom_last_status();
     } else {  /* the output does not depend on this input */
       gx[k] = loom_full(in[k]->ndim, in[k]->shape, 0.0, in[k]->dtype, in[k]->storage->device);
       if (!gx[k]) st = loom_last_status();
@@ -89,7 +91,7 @@ loom_tensor *loom_checkpoint(loom_checkpoint_fn fn, void *ctx, int n, loom_tenso
       return NULL;
     }
   if (!loom_is_grad_enabled()) return fn(ctx, n, inputs);  /* nothing to save anyway */
-  ckpt *c = malloc(sizeof *c);
+  ckpt *c = loom_sys_malloc(sizeof *c);
   if (!c) {
     loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
     return NULL;
@@ -106,7 +108,7 @@ loom_tensor *loom_checkpoint(loom_checkpoint_fn fn, void *ctx, int n, loom_tenso
   loom_scope_end();  /* the segment's intermediates die here */
   loom_set_grad_enabled(prev);
   if (!out) {
-    free(c);
+    loom_sys_free(c);
     if (y) loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
     else if (loom_last_status() == LOOM_OK) loom_set_error(LOOM_ERR_INVALID_ARG, "checkpoint: the function returned NULL");
     else loom_error_prefix("checkpoint");

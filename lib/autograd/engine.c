@@ -9,6 +9,7 @@
 #include "autograd/node.h"
 #include "loom/autograd.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 /* Channels-last: 4-D, NHWC strides, not also contiguous. */
 static bool nhwc(const loom_tensor *t) { return loom_tensor_is_channels_last(t) && !loom_tensor_is_contiguous(t); }
@@ -34,7 +35,7 @@ typedef struct vec {
 static int vec_push(vec *v, void *x) {
   if (v->n == v->cap) {
     size_t nc = v->cap ? v->cap * 2 : 64;
-    void **np = realloc(v->p, nc * sizeof *np);
+    void **np = loom_sys_realloc(v->p, nc * sizeof *np);
     if (!np) return 0;
     v->p = np;
     v->cap = nc;
@@ -154,7 +155,7 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
         if (!lc) {
           if (nleaves == capleaves) {
             size_t nc = capleaves ? capleaves * 2 : 32;
-            leaf_count *nl = realloc(leaves, nc * sizeof *nl);
+            leaf_count *nl = loom_sys_realloc(leaves, nc * sizeof *nl);
             if (!nl) goto oom;
             leaves = nl;
             capleaves = nc;
@@ -244,9 +245,9 @@ done:
    * exit, or an early error (a freed node, OOM) would leave nodes marked and
    * a later backward through them would skip them as already visited. */
   for (size_t i = 0; i < nodes.n; i++) ((loom_node *)nodes.p[i])->deps = 0;
-  free(nodes.p);
-  free(stack.p);
-  free(leaves);
+  loom_sys_free(nodes.p);
+  loom_sys_free(stack.p);
+  loom_sys_free(leaves);
   return st;
 }
 

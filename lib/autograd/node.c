@@ -8,6 +8,7 @@
 #include "autograd/grad_table.h"
 #include "autograd/node.h"
 #include "ops/record.h"
+#include "core/sys.h"
 
 static atomic_uint_fast64_t g_seq;
 
@@ -59,7 +60,7 @@ const char *loom_node_name(const loom_node *n) { return n->custom ? n->custom->n
 static loom_status record(loom_op_id op, const loom_node_custom *c, void *ctx, const loom_op_args *a) {
   const char *name = c ? c->name : loom_op_get(op)->name;
   unsigned saves = c ? (1u << LOOM_OP_MAX_IN) - 1 : loom_grad_get(op)->saves;  /* custom: every input */
-  loom_node *n = calloc(1, sizeof *n);
+  loom_node *n = loom_sys_calloc(1, sizeof *n);
   if (!n) {
     if (c) c->free_ctx(ctx);
     return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory recording autograd", name);
@@ -143,7 +144,7 @@ void loom_node_release(loom_node *n) {
         else loom_node_release(n->next[k].node);
       }
     }
-    free(n);
+    loom_sys_free(n);
     n = tail;
   }
 }

@@ -3,5 +3,6 @@
 #include <stdlib.h>
 
 #include "loom/free.h"
+#include "core/sys.h"
 
-void loom_free(void *p) { free(p); }
+void loom_free(void *p) { loom_sys_free(p); }

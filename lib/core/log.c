@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "loom/log.h"
+#include "core/sys.h"
 
 #define LOOM_LOG_DEFAULT LOOM_LOG_WARN
 #define LOOM_LOG_ACCEPTED "error, warn, info, debug, trace, off"
@@ -119,7 +120,7 @@ void loom_log_msg(loom_log_level level, const char *fmt, ...) {
   va_end(ap);
   if (len < 0) return;
   if ((size_t)len >= sizeof small) {
-    char *big = malloc((size_t)len + 1);
+    char *big = loom_sys_malloc((size_t)len + 1);
     if (big) {
       va_start(ap, fmt);
       vsnprintf(big, (size_t)len + 1, fmt, ap);
@@ -144,5 +145,5 @@ void loom_log_msg(loom_log_level level, const char *fmt, ...) {
     }
     pthread_mutex_unlock(&g_sink_mu);
   }
-  if (msg != small) free(msg);
+  if (msg != small) loom_sys_free(msg);
 }

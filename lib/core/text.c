@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "core/sys.h"
 
 void loom_text_printf(loom_text *b, const char *fmt, ...) {
   if (b->failed) return;
@@ -23,7 +24,7 @@ void loom_text_printf(loom_text *b, const char *fmt, ...) {
     }
     size_t nc = b->cap ? b->cap * 2 : 4096;
     while (nc < b->len + (size_t)n + 1) nc *= 2;
-    char *ns = realloc(b->s, nc);
+    char *ns = loom_sys_realloc(b->s, nc);
     if (!ns) {
       b->failed = 1;
       return;

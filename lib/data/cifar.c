@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data/data_file.h"
+#include "core/sys.h"
 
 #define CIFAR_PIXELS 3072
 #define CIFAR_RECORD (1 + CIFAR_PIXELS)
@@ -33,7 +34,7 @@ loom_dataset *loom_dataset_cifar10_open(const char *const *files, int n) {
                      "'%s': %lld bytes is not a whole number of CIFAR-10 records (%d bytes each: 1 label + 3x32x32 "
                      "pixels); the file is truncated or not a CIFAR-10 binary batch",
                      files[k], (long long)len, CIFAR_RECORD);
-      free(raw);
+      loom_sys_free(raw);
       goto fail;
     }
     int64_t m = len / CIFAR_RECORD;
@@ -43,22 +44,22 @@ loom_dataset *loom_dataset_cifar10_open(const char *const *files, int n) {
         loom_set_error(LOOM_ERR_FORMAT,
                        "'%s': record %lld has label %u; CIFAR-10 labels are 0..9 (is this a CIFAR-100 file?)", files[k],
                        (long long)r, lab);
-        free(raw);
+        loom_sys_free(raw);
         goto fail;
       }
     }
-    unsigned char *nx = realloc(x, (size_t)((count + m) * CIFAR_PIXELS));
-    if (!nx) { free(raw); loom_set_error(LOOM_ERR_OOM, "CIFAR-10: out of host memory"); goto fail; }
+    unsigned char *nx = loom_sys_realloc(x, (size_t)((count + m) * CIFAR_PIXELS));
+    if (!nx) { loom_sys_free(raw); loom_set_error(LOOM_ERR_OOM, "CIFAR-10: out of host memory"); goto fail; }
     x = nx;
-    unsigned char *ny = realloc(y, (size_t)(count + m));
-    if (!ny) { free(raw); loom_set_error(LOOM_ERR_OOM, "CIFAR-10: out of host memory"); goto fail; }
+    unsigned char *ny = loom_sys_realloc(y, (size_t)(count + m));
+    if (!ny) { loom_sys_free(raw); loom_set_error(LOOM_ERR_OOM, "CIFAR-10: out of host memory"); goto fail; }
     y = ny;
     for (int64_t r = 0; r < m; r++) {
       y[count + r] = raw[r * CIFAR_RECORD];
       memcpy(x + (count + r) * CIFAR_PIXELS, raw + r * CIFAR_RECORD + 1, CIFAR_PIXELS);
     }
     count += m;
-    free(raw);
+    loom_sys_free(raw);
   }
   char name[160];
   snprintf(name, sizeof name, "cifar10 '%s'%s", files[0], n > 1 ? " + more" : "");
@@ -66,7 +67,7 @@ loom_dataset *loom_dataset_cifar10_open(const char *const *files, int n) {
   loom_dataset *ds = loom_dataset_memory_owned(x, LOOM_U8, 3, shape, y, LOOM_U8, count, name);
   if (ds) return ds;
 fail:
-  free(x);
-  free(y);
+  loom_sys_free(x);
+  loom_sys_free(y);
   return NULL;
 }

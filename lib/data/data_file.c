@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "data/data_file.h"
+#include "core/sys.h"
 
 loom_status loom_data_file_open(loom_data_file *f, const char *path) {
   memset(f, 0, sizeof *f);
@@ -22,7 +23,7 @@ loom_status loom_data_file_open(loom_data_file *f, const char *path) {
     return loom_set_error(LOOM_ERR_IO, "cannot read '%s': not a regular file", path);
   f->raw_size = (int64_t)sb.st_size;
   errno = 0;
-  f->gz = gzopen(path, "rb");
+  f->gz = loom_gz_open(path, "rb");
   if (!f->gz)
     return loom_set_error(LOOM_ERR_IO, "cannot open '%s': %s", path, errno ? strerror(errno) : "out of memory");
   gzbuffer(f->gz, 1 << 17);
@@ -61,7 +62,7 @@ loom_status loom_data_file_read(loom_data_file *f, void *buf, int64_t n, const c
   while (got < n) {
     int64_t chunk = n - got;
     if (chunk > (1 << 30)) chunk = 1 << 30;
-    int r = gzread(f->gz, (char *)buf + got, (unsigned)chunk);
+    int r = loom_gz_read(f->gz, (char *)buf + got, (unsigned)chunk);
     if (r < 0) return short_read_error(f, what, n, got);
     if (r == 0) return short_read_error(f, what, n, got);
     got += r;
@@ -84,15 +85,15 @@ loom_status loom_data_file_read_grow(loom_data_file *f, int64_t n, const char *w
    * (start at 1 MiB, double), so a tiny file claiming terabytes costs 1 MiB. */
   int64_t cap = n < (1 << 20) ? n : (1 << 20);
   if (!loom_data_file_is_gzip(f)) cap = n;
-  unsigned char *buf = malloc((size_t)(cap ? cap : 1));
+  unsigned char *buf = loom_sys_malloc((size_t)(cap ? cap : 1));
   if (!buf) return loom_set_error(LOOM_ERR_OOM, "'%s': out of host memory reading %lld bytes", f->path, (long long)cap);
   int64_t got = 0;
   while (got < n) {
     if (got == cap) {
       int64_t ncap = cap * 2 < n ? cap * 2 : n;
-      unsigned char *nb = realloc(buf, (size_t)ncap);
+      unsigned char *nb = loom_sys_realloc(buf, (size_t)ncap);
       if (!nb) {
-        free(buf);
+        loom_sys_free(buf);
         return loom_set_error(LOOM_ERR_OOM, "'%s': out of host memory reading %lld bytes", f->path, (long long)ncap);
       }
       buf = nb;
@@ -100,9 +101,9 @@ loom_status loom_data_file_read_grow(loom_data_file *f, int64_t n, const char *w
     }
     int64_t chunk = cap - got;
     if (chunk > (1 << 30)) chunk = 1 << 30;
-    int r = gzread(f->gz, buf + got, (unsigned)chunk);
+    int r = loom_gz_read(f->gz, buf + got, (unsigned)chunk);
     if (r <= 0) {
-      free(buf);
+      loom_sys_free(buf);
       return short_read_error(f, what, n, got);
     }
     got += r;
@@ -113,7 +114,7 @@ loom_status loom_data_file_read_grow(loom_data_file *f, int64_t n, const char *w
 
 loom_status loom_data_file_expect_end(loom_data_file *f, const char *what) {
   unsigned char extra[64];
-  int r = gzread(f->gz, extra, sizeof extra);
+  int r = loom_gz_read(f->gz, extra, sizeof extra);
   if (r < 0) return short_read_error(f, what, 0, 0);
   if (r > 0)
     return loom_set_error(LOOM_ERR_FORMAT,
@@ -127,7 +128,7 @@ loom_status loom_data_read_file(const char *path, int64_t max_bytes, unsigned ch
   loom_data_file f;
   LOOM_TRY(loom_data_file_open(&f, path));
   int64_t cap = 1 << 20, got = 0;
-  unsigned char *buf = malloc((size_t)cap);
+  unsigned char *buf = loom_sys_malloc((size_t)cap);
   if (!buf) {
     loom_data_file_close(&f);
     return loom_set_error(LOOM_ERR_OOM, "'%s': out of host memory", path);
@@ -135,15 +136,15 @@ loom_status loom_data_read_file(const char *path, int64_t max_bytes, unsigned ch
   for (;;) {
     if (got == cap) {
       if (cap >= max_bytes) {
-        free(buf);
+        loom_sys_free(buf);
         loom_data_file_close(&f);
         return loom_set_error(LOOM_ERR_FORMAT, "'%s': larger than the %lld bytes allowed for this kind of file", path,
                               (long long)max_bytes);
       }
       int64_t ncap = cap * 2 > max_bytes ? max_bytes : cap * 2;
-      unsigned char *nb = realloc(buf, (size_t)ncap);
+      unsigned char *nb = loom_sys_realloc(buf, (size_t)ncap);
       if (!nb) {
-        free(buf);
+        loom_sys_free(buf);
         loom_data_file_close(&f);
         return loom_set_error(LOOM_ERR_OOM, "'%s': out of host memory reading %lld bytes", path, (long long)ncap);
       }
@@ -152,10 +153,10 @@ loom_status loom_data_read_file(const char *path, int64_t max_bytes, unsigned ch
     }
     int64_t chunk = cap - got;
     if (chunk > (1 << 30)) chunk = 1 << 30;
-    int r = gzread(f.gz, buf + got, (unsigned)chunk);
+    int r = loom_gz_read(f.gz, buf + got, (unsigned)chunk);
     if (r < 0) {
       loom_status s = short_read_error(&f, "the file", got + 1, got);
-      free(buf);
+      loom_sys_free(buf);
       loom_data_file_close(&f);
       return s;
     }
@@ -165,7 +166,7 @@ loom_status loom_data_read_file(const char *path, int64_t max_bytes, unsigned ch
       gzerror(f.gz, &zerr);
       if (zerr != Z_OK) {
         loom_status s = short_read_error(&f, "the gzip stream", got + 1, got);
-        free(buf);
+        loom_sys_free(buf);
         loom_data_file_close(&f);
         return s;
       }

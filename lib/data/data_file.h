@@ -3,6 +3,7 @@
 #ifndef LOOM_DATA_FILE_H
 #define LOOM_DATA_FILE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #ifdef LOOM_HAVE_ZLIB
@@ -11,7 +12,19 @@
 #include "data/gz_fallback.h"
 #endif
 
+#include "core/fault.h"
 #include "data/data_internal.h"
+
+/* zlib's file calls, through fault injection (core/fault.h) like core/sys.h's:
+ * an open fails as when out of descriptors, a read with EIO. */
+static inline gzFile loom_gz_open(const char *path, const char *mode) {
+  if (loom_fault_fail(LOOM_FAULT_FILE)) return errno = EMFILE, (gzFile)NULL;
+  return gzopen(path, mode);
+}
+static inline int loom_gz_read(gzFile g, void *buf, unsigned n) {
+  if (loom_fault_fail(LOOM_FAULT_FILE)) return errno = EIO, -1;
+  return gzread(g, buf, n);
+}
 
 typedef struct loom_data_file {
   gzFile gz;

@@ -78,6 +78,10 @@ loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holder
  * the buffer returns to the loader (after the compute stream is done with it
  * on a GPU), or is freed if the loader is gone. */
 void loom_loader_release_raw(loom_batch_buf *b);
+/* A delivered batch could not be handed over (out of memory wrapping it):
+ * the loader keeps the error (the current one) like a worker's, so every
+ * call returns it until loom_loader_start_epoch, and returns it. */
+loom_status loom_loader_fail(loom_loader *l);
 /* The loader's options (checkpoints record batch_size, seed and shuffle). */
 const loom_loader_options *loom_loader_get_options(const loom_loader *l);
 /* Shape/dtype/device of delivered batches (for wrapping). */

@@ -7,6 +7,7 @@
 
 #include "core/struct_size.h"
 #include "data/data_internal.h"
+#include "core/sys.h"
 
 
 /* Common checks and setup; the caller fills read/destroy/impl. */
@@ -44,7 +45,7 @@ static loom_dataset *ds_new(const char *who, loom_dtype x_dtype, int x_ndim, con
     loom_set_error(LOOM_ERR_DTYPE, "%s: invalid y dtype %d", who, (int)y_dtype);
     return NULL;
   }
-  loom_dataset *ds = calloc(1, sizeof *ds);
+  loom_dataset *ds = loom_sys_calloc(1, sizeof *ds);
   if (!ds) {
     loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", who);
     return NULL;
@@ -84,19 +85,19 @@ static loom_status mem_read(loom_dataset *ds, int64_t i, void *x, void *y) {
 static void mem_destroy(loom_dataset *ds) {
   mem_impl *m = ds->impl;
   if (!m) return;
-  free(m->own_x);
-  free(m->own_y);
-  free(m);
+  loom_sys_free(m->own_x);
+  loom_sys_free(m->own_y);
+  loom_sys_free(m);
 }
 
 static loom_dataset *memory_new(const char *who, const void *x, void *own_x, loom_dtype x_dtype, int x_ndim,
                                 const int64_t *x_shape, const void *y, void *own_y, loom_dtype y_dtype, int64_t n) {
   loom_dataset *ds = ds_new(who, x_dtype, x_ndim, x_shape, y != NULL, y_dtype, n);
   if (!ds) return NULL;
-  mem_impl *m = calloc(1, sizeof *m);
+  mem_impl *m = loom_sys_calloc(1, sizeof *m);
   if (!m) {
     pthread_mutex_destroy(&ds->lock);
-    free(ds);
+    loom_sys_free(ds);
     loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", who);
     return NULL;
   }
@@ -122,23 +123,23 @@ loom_dataset *loom_dataset_memory(const void *x, loom_dtype x_dtype, int x_ndim,
   if (!probe) return NULL;
   size_t xb = probe->x_bytes, yb = probe->y_bytes;
   pthread_mutex_destroy(&probe->lock);
-  free(probe);
+  loom_sys_free(probe);
   if (n > 0 && xb > 0 && (uint64_t)n > SIZE_MAX / xb) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "loom_dataset_memory: %lld samples of %zu bytes overflow", (long long)n, xb);
     return NULL;
   }
-  void *cx = malloc(xb * (size_t)n + 1);
-  void *cy = y ? malloc(yb * (size_t)n + 1) : NULL;
+  void *cx = loom_sys_malloc(xb * (size_t)n + 1);
+  void *cy = y ? loom_sys_malloc(yb * (size_t)n + 1) : NULL;
   if (!cx || (y && !cy)) {
-    free(cx);
-    free(cy);
+    loom_sys_free(cx);
+    loom_sys_free(cy);
     loom_set_error(LOOM_ERR_OOM, "loom_dataset_memory: out of host memory copying %lld samples", (long long)n);
     return NULL;
   }
   if (n > 0) memcpy(cx, x, xb * (size_t)n);
   if (y && n > 0) memcpy(cy, y, yb * (size_t)n);
   loom_dataset *ds = memory_new("memory dataset", cx, cx, x_dtype, x_ndim, x_sample_shape, cy, cy, y_dtype, n);
-  if (!ds) { free(cx); free(cy); }
+  if (!ds) { loom_sys_free(cx); loom_sys_free(cy); }
   return ds;
 }
 
@@ -164,7 +165,7 @@ static void cb_destroy(loom_dataset *ds) {
   cb_impl *c = ds->impl;
   if (!c) return;
   if (c->cb.destroy) c->cb.destroy(c->cb.user);
-  free(c);
+  loom_sys_free(c);
 }
 
 loom_dataset *loom_dataset_callback(const loom_dataset_callbacks *user_cb) {
@@ -182,10 +183,10 @@ loom_dataset *loom_dataset_callback(const loom_dataset_callbacks *user_cb) {
   loom_dataset *ds = ds_new("callback dataset", cb->x_dtype, cb->x_ndim, cb->x_shape, cb->has_y, cb->y_dtype,
                             cb->length);
   if (!ds) return NULL;
-  cb_impl *c = calloc(1, sizeof *c);
+  cb_impl *c = loom_sys_calloc(1, sizeof *c);
   if (!c) {
     pthread_mutex_destroy(&ds->lock);
-    free(ds);
+    loom_sys_free(ds);
     loom_set_error(LOOM_ERR_OOM, "loom_dataset_callback: out of host memory");
     return NULL;
   }
@@ -213,7 +214,7 @@ void loom_dataset_release(loom_dataset *ds) {
   if (atomic_fetch_sub(&ds->refcount, 1) != 1) return;
   if (ds->destroy) ds->destroy(ds);
   pthread_mutex_destroy(&ds->lock);
-  free(ds);
+  loom_sys_free(ds);
 }
 
 int64_t loom_dataset_length(const loom_dataset *ds) { return ds ? ds->length : 0; }
@@ -251,7 +252,7 @@ loom_status loom_dataset_read_keyed(loom_dataset *ds, int64_t i, uint64_t key, v
   void *tmp_x = NULL;
   if (ds->read == cb_read) {
     if (!x_buf) {
-      x_buf = tmp_x = malloc(ds->x_bytes ? ds->x_bytes : 1);
+      x_buf = tmp_x = loom_sys_malloc(ds->x_bytes ? ds->x_bytes : 1);
       if (!tmp_x) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", ds->name);
     }
     if (!y_buf && ds->has_y) y_buf = small;  /* y is one scalar: at most 8 bytes */
@@ -261,7 +262,7 @@ loom_status loom_dataset_read_keyed(loom_dataset *ds, int64_t i, uint64_t key, v
   loom_status s = ds->read_keyed ? ds->read_keyed(ds, i, key, x_buf, ds->has_y ? y_buf : NULL)
                                  : ds->read(ds, i, x_buf, ds->has_y ? y_buf : NULL);
   if (ds->serialize) pthread_mutex_unlock(&ds->lock);
-  free(tmp_x);
+  loom_sys_free(tmp_x);
   if (s != LOOM_OK) {
     if (loom_last_status() == LOOM_OK)
       loom_set_error(s, "%s: reading sample %lld failed (%s)", ds->name, (long long)i, loom_status_name(s));

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "core/sys.h"
 
 #define Z_OK 0
 #define Z_ERRNO (-1)
@@ -23,17 +24,17 @@ typedef struct loom_gz {
 
 static inline gzFile gzopen(const char *path, const char *mode) {
   (void)mode;
-  gzFile g = calloc(1, sizeof *g);
+  gzFile g = loom_sys_calloc(1, sizeof *g);
   if (!g) return NULL;
-  g->f = fopen(path, "rb");
+  g->f = loom_sys_fopen(path, "rb");
   if (!g->f) {
     int e = errno;
-    free(g);
+    loom_sys_free(g);
     errno = e;
     return NULL;
   }
   unsigned char m[2];
-  size_t n = fread(m, 1, 2, g->f);
+  size_t n = loom_sys_fread(m, 1, 2, g->f);
   g->gzip = n == 2 && m[0] == 0x1f && m[1] == 0x8b;
   rewind(g->f);
   return g;
@@ -47,8 +48,8 @@ static inline int gzbuffer(gzFile g, unsigned size) {
 
 static inline int gzclose(gzFile g) {
   if (!g) return Z_ERRNO;
-  fclose(g->f);
-  free(g);
+  loom_sys_fclose(g->f);
+  loom_sys_free(g);
   return Z_OK;
 }
 
@@ -60,7 +61,7 @@ static inline int gzread(gzFile g, void *buf, unsigned len) {
     g->err = LOOM_GZ_NO_ZLIB;
     return -1;
   }
-  size_t n = fread(buf, 1, len, g->f);
+  size_t n = loom_sys_fread(buf, 1, len, g->f);
   if (n < len && ferror(g->f)) {
     g->err = Z_ERRNO;
     return -1;

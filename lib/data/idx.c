@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "data/data_file.h"
+#include "core/sys.h"
 
 static int64_t be32(const unsigned char *p) {
   return ((int64_t)p[0] << 24) | ((int64_t)p[1] << 16) | ((int64_t)p[2] << 8) | (int64_t)p[3];
@@ -75,7 +76,7 @@ loom_status loom_idx_load(const char *path, void **data, loom_dtype *dtype, int 
   }
   unsigned char *buf = NULL;
   if ((st = loom_data_file_read_grow(&f, nbytes, "the IDX data", &buf)) != LOOM_OK) goto fail;
-  if ((st = loom_data_file_expect_end(&f, "IDX data")) != LOOM_OK) { free(buf); goto fail; }
+  if ((st = loom_data_file_expect_end(&f, "IDX data")) != LOOM_OK) { loom_sys_free(buf); goto fail; }
   loom_data_file_close(&f);
   if (esize == 4) {  /* big-endian to host order */
     for (int64_t i = 0; i < total; i++) {
@@ -103,7 +104,7 @@ loom_dataset *loom_dataset_idx_open(const char *images_path, const char *labels_
   }
   if (loom_idx_load(images_path, &x, &xdt, &xnd, xs) != LOOM_OK) return NULL;
   if (labels_path) {
-    if (loom_idx_load(labels_path, &y, &ydt, &ynd, ys) != LOOM_OK) { free(x); return NULL; }
+    if (loom_idx_load(labels_path, &y, &ydt, &ynd, ys) != LOOM_OK) { loom_sys_free(x); return NULL; }
     if (ynd != 1) {
       loom_set_error(LOOM_ERR_FORMAT, "'%s': a labels file must have 1 dimension (idx1), this one has %d", labels_path, ynd);
       goto fail;
@@ -120,7 +121,7 @@ loom_dataset *loom_dataset_idx_open(const char *images_path, const char *labels_
   if (!ds) goto fail;
   return ds;
 fail:
-  free(x);
-  free(y);
+  loom_sys_free(x);
+  loom_sys_free(y);
   return NULL;
 }

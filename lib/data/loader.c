@@ -37,6 +37,7 @@
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 enum { SLOT_EMPTY = 0, SLOT_READY = 1, SLOT_ERROR = 2 };
 
@@ -141,12 +142,12 @@ static void buf_destroy(loom_loader *l, loom_batch_buf *b) {
   } else {
     loom_alloc_free(loom_cpu(), b->host);
   }
-  free(b);
+  loom_sys_free(b);
 }
 
 static loom_status buf_new(loom_loader *l, loom_batch_buf **out) {
   *out = NULL;
-  loom_batch_buf *b = calloc(1, sizeof *b);
+  loom_batch_buf *b = loom_sys_calloc(1, sizeof *b);
   if (!b) return loom_set_error(LOOM_ERR_OOM, "loader: out of host memory");
   b->owner = l;
   loom_status st;
@@ -330,20 +331,20 @@ static void loader_destroy_struct(loom_loader *l) {
   pthread_cond_destroy(&l->work_cv);
   pthread_cond_destroy(&l->ready_cv);
   pthread_cond_destroy(&l->idle_cv);
-  free(l);
+  loom_sys_free(l);
 }
 
 static void free_worker_scratch(worker *w) {
-  free(w->sx);
-  free(w->sy);
+  loom_sys_free(w->sx);
+  loom_sys_free(w->sy);
   w->sx = w->sy = NULL;
 }
 
 static loom_status alloc_worker_scratch(loom_loader *l, worker *w, int id) {
   w->l = l;
   w->id = id;
-  w->sx = malloc(l->ds->x_bytes ? l->ds->x_bytes : 1);
-  w->sy = malloc(16);
+  w->sx = loom_sys_malloc(l->ds->x_bytes ? l->ds->x_bytes : 1);
+  w->sy = loom_sys_malloc(16);
   if (!w->sx || !w->sy) return loom_set_error(LOOM_ERR_OOM, "loader: out of host memory");
   return LOOM_OK;
 }
@@ -358,7 +359,7 @@ static void loader_teardown(loom_loader *l) {
   }
   if (l->ring) {
     for (int i = 0; i < l->o.prefetch; i++) buf_destroy(l, l->ring[i].buf);
-    free(l->ring);
+    loom_sys_free(l->ring);
     l->ring = NULL;
   }
   while (l->free_list) {
@@ -368,12 +369,12 @@ static void loader_teardown(loom_loader *l) {
   }
   if (l->workers) {
     for (int i = 0; i < l->nworkers; i++) free_worker_scratch(&l->workers[i]);
-    free(l->workers);
+    loom_sys_free(l->workers);
     l->workers = NULL;
   }
   free_worker_scratch(&l->self);
-  free(l->order);
-  free(l->perm);
+  loom_sys_free(l->order);
+  loom_sys_free(l->perm);
   l->order = l->perm = NULL;
   loom_transform_destroy(&l->tf);
   loom_dataset_release(l->ds);
@@ -389,7 +390,7 @@ loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *opts) 
   loom_loader_options_init(&o);
   if (LOOM_STRUCT_IN("loom_loader_new", loom_loader_options, &o, opts) != LOOM_OK) return NULL;
   if (check_options(ds, &o) != LOOM_OK) return NULL;
-  loom_loader *l = calloc(1, sizeof *l);
+  loom_loader *l = loom_sys_calloc(1, sizeof *l);
   if (!l) {
     loom_set_error(LOOM_ERR_OOM, "loom_loader_new: out of host memory");
     return NULL;
@@ -410,9 +411,9 @@ loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *opts) 
   l->y_off = ((size_t)o.batch_size * l->xo + 255) / 256 * 256;
   l->block = l->y_off + (size_t)o.batch_size * l->yo;
   int64_t n = ds->length;
-  l->order = malloc(sizeof(int64_t) * (size_t)(n / o.world_size + 2));
-  l->perm = malloc(sizeof(int64_t) * (size_t)(n + 1));
-  l->ring = calloc((size_t)o.prefetch, sizeof *l->ring);
+  l->order = loom_sys_malloc(sizeof(int64_t) * (size_t)(n / o.world_size + 2));
+  l->perm = loom_sys_malloc(sizeof(int64_t) * (size_t)(n + 1));
+  l->ring = loom_sys_calloc((size_t)o.prefetch, sizeof *l->ring);
   if (!l->order || !l->perm || !l->ring) {
     st = loom_set_error(LOOM_ERR_OOM, "loom_loader_new: out of host memory");
     goto fail;
@@ -435,7 +436,7 @@ loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *opts) 
   }
   if ((st = alloc_worker_scratch(l, &l->self, -1)) != LOOM_OK) goto fail;
   if (o.workers > 0) {
-    l->workers = calloc((size_t)o.workers, sizeof *l->workers);
+    l->workers = loom_sys_calloc((size_t)o.workers, sizeof *l->workers);
     if (!l->workers) { st = loom_set_error(LOOM_ERR_OOM, "loom_loader_new: out of host memory"); goto fail; }
     for (int i = 0; i < o.workers; i++)
       if ((st = alloc_worker_scratch(l, &l->workers[i], i)) != LOOM_OK) { l->nworkers = i + 1; goto fail; }
@@ -469,6 +470,17 @@ fail:
 /* ---- the consumer ------------------------------------------------------------ */
 static loom_status deliver_error(loom_loader *l) {
   return loom_set_error(l->sticky, "%s", l->sticky_msg);
+}
+
+loom_status loom_loader_fail(loom_loader *l) {
+  loom_status st = loom_last_status();
+  pthread_mutex_lock(&l->mu);
+  if (l->sticky == LOOM_OK) {
+    l->sticky = st;
+    snprintf(l->sticky_msg, sizeof l->sticky_msg, "%s", loom_last_error());
+  }
+  pthread_mutex_unlock(&l->mu);
+  return st;
 }
 
 loom_status loom_loader_next_raw(loom_loader *l, loom_raw_batch *out, int holders) {

@@ -38,7 +38,8 @@ loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y) {
     /* Neither tensor exists: drop both references ourselves. */
     loom_loader_release_raw(rb.buf);
     if (want_y) loom_loader_release_raw(rb.buf);
-    return loom_error_prefix("loom_loader_next: wrapping the batch");
+    loom_error_prefix("loom_loader_next: wrapping the batch");
+    return loom_loader_fail(l);  /* the batch is gone: say so until the epoch restarts */
   }
   /* Samples were written HWC: the batch is [n, C, H, W] with NHWC strides. */
   if (loom_loader_channels_last(l) && tx->ndim == 4) loom_set_channels_last_strides(tx);
@@ -50,7 +51,8 @@ loom_status loom_loader_next(loom_loader *l, loom_tensor **x, loom_tensor **y) {
       loom_loader_release_raw(rb.buf);  /* y's reference */
       /* x belongs to the open scope (it dies there) or to us. */
       if (loom_scope_depth() == 0) loom_tensor_release(tx);
-      return loom_error_prefix("loom_loader_next: wrapping the labels");
+      loom_error_prefix("loom_loader_next: wrapping the labels");
+      return loom_loader_fail(l);
     }
     *y = ty;
   }

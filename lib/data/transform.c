@@ -9,10 +9,11 @@
 #include <string.h>
 
 #include "data/data_internal.h"
+#include "core/sys.h"
 
 void loom_transform_destroy(loom_transform *t) {
-  free(t->a);
-  free(t->b);
+  loom_sys_free(t->a);
+  loom_sys_free(t->b);
   t->a = t->b = NULL;
 }
 
@@ -77,8 +78,8 @@ loom_status loom_transform_init(loom_transform *t, const loom_dataset *ds, const
   t->hwc = o->channels_last && t->C > 1;
   t->identity = t->out == t->src && !arith && !spatial && !t->hwc;
   t->out_bytes = (size_t)t->numel * loom_dtype_size(t->out);
-  t->a = malloc(sizeof(float) * (size_t)t->C);
-  t->b = malloc(sizeof(float) * (size_t)t->C);
+  t->a = loom_sys_malloc(sizeof(float) * (size_t)t->C);
+  t->b = loom_sys_malloc(sizeof(float) * (size_t)t->C);
   if (!t->a || !t->b) {
     loom_transform_destroy(t);
     return loom_set_error(LOOM_ERR_OOM, "loader: out of host memory");

@@ -8,6 +8,7 @@
 #include "core/teardown.h"
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
+#include "core/sys.h"
 
 #define LOOM_MAX_CUDA_DEVICES 64
 
@@ -87,7 +88,7 @@ loom_status loom_stream_create(loom_device dev, loom_stream **out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_stream_create: out is NULL");
   *out = NULL;
   LOOM_TRY(loom_device_check(dev));
-  loom_stream *s = calloc(1, sizeof *s);
+  loom_stream *s = loom_sys_calloc(1, sizeof *s);
   if (!s) return loom_set_error(LOOM_ERR_OOM, "loom_stream_create: out of host memory");
   s->device = dev;
   s->owned = 1;
@@ -99,7 +100,7 @@ loom_status loom_stream_create(loom_device dev, loom_stream **out) {
       cudaError_t e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
       if (e != cudaSuccess) st = loom_cuda_error(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
     }
-    if (st != LOOM_OK) { free(s); return st; }
+    if (st != LOOM_OK) { loom_sys_free(s); return st; }
     s->native = cs;
   }
 #endif
@@ -112,7 +113,7 @@ void loom_stream_free(loom_stream *s) {
 #ifdef LOOM_HAVE_CUDA
   if (s->native) cudaStreamDestroy((cudaStream_t)s->native);
 #endif
-  free(s);
+  loom_sys_free(s);
 }
 
 loom_device loom_stream_device(const loom_stream *s) { return s ? s->device : loom_cpu(); }
@@ -147,7 +148,7 @@ loom_status loom_event_create(loom_device dev, loom_event **out) {
   if (!out) return loom_set_error(LOOM_ERR_INVALID_ARG, "loom_event_create: out is NULL");
   *out = NULL;
   LOOM_TRY(loom_device_check(dev));
-  loom_event *e = calloc(1, sizeof *e);
+  loom_event *e = loom_sys_calloc(1, sizeof *e);
   if (!e) return loom_set_error(LOOM_ERR_OOM, "loom_event_create: out of host memory");
   e->device = dev;
 #ifdef LOOM_HAVE_CUDA
@@ -158,7 +159,7 @@ loom_status loom_event_create(loom_device dev, loom_event **out) {
       cudaError_t err = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
       if (err != cudaSuccess) st = loom_cuda_error(err, "cudaEventCreateWithFlags", __FILE__, __LINE__);
     }
-    if (st != LOOM_OK) { free(e); return st; }
+    if (st != LOOM_OK) { loom_sys_free(e); return st; }
     e->native = ce;
   }
 #endif
@@ -171,7 +172,7 @@ void loom_event_free(loom_event *e) {
 #ifdef LOOM_HAVE_CUDA
   if (e->native) cudaEventDestroy((cudaEvent_t)e->native);
 #endif
-  free(e);
+  loom_sys_free(e);
 }
 
 loom_status loom_event_record(loom_event *e, loom_stream *s) {

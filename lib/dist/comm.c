@@ -12,11 +12,12 @@
 #include "device/device_internal.h"
 #include "dist/dist_internal.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 /* ---- failure state ------------------------------------------------------------ */
 
 loom_comm *loom_comm_alloc(loom_comm_backend b, loom_device dev, double timeout_s) {
-  loom_comm *c = calloc(1, sizeof *c);
+  loom_comm *c = loom_sys_calloc(1, sizeof *c);
   if (!c) {
     loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
     return NULL;
@@ -356,7 +357,7 @@ void loom_comm_free(loom_comm *c) {
   if (!c) return;
   c->ops->destroy(c);
   pthread_mutex_destroy(&c->fail_mu);
-  free(c);
+  loom_sys_free(c);
 }
 
 int loom_comm_rank(const loom_comm *c) { return c ? c->rank : -1; }

@@ -25,6 +25,7 @@
 #include "loom/log.h"
 #include "nn/module_internal.h"
 #include "ops/op.h"
+#include "core/sys.h"
 
 typedef struct ddp_param {
   struct loom_ddp *d;
@@ -239,16 +240,16 @@ static void ddp_destroy(loom_ddp *d) {
   }
   for (int i = 0; i < d->nb; i++) loom_tensor_release(d->b[i].buf);
   if (d->scaler) loom_amp_scaler_set_found_inf_reduce(d->scaler, NULL, NULL);
-  free(d->p);
-  free(d->b);
-  free(d);
+  loom_sys_free(d->p);
+  loom_sys_free(d->b);
+  loom_sys_free(d);
 }
 
 static loom_status build(loom_ddp *d) {
   int n = d->n;
-  int64_t *numel = malloc((size_t)n * sizeof *numel), *offset = malloc((size_t)n * sizeof *offset);
-  loom_dtype *dt = malloc((size_t)n * sizeof *dt);
-  int *bucket = malloc((size_t)n * sizeof *bucket);
+  int64_t *numel = loom_sys_malloc((size_t)n * sizeof *numel), *offset = loom_sys_malloc((size_t)n * sizeof *offset);
+  loom_dtype *dt = loom_sys_malloc((size_t)n * sizeof *dt);
+  int *bucket = loom_sys_malloc((size_t)n * sizeof *bucket);
   loom_status st = numel && offset && dt && bucket ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "ddp: out of host memory");
   for (int i = 0; i < n && st == LOOM_OK; i++) {
     ddp_param *p = &d->p[i];
@@ -272,7 +273,7 @@ static loom_status build(loom_ddp *d) {
   if (st == LOOM_OK) {
     size_t first = (size_t)(d->o.first_bucket_mib * 1048576.0), cap = (size_t)(d->o.bucket_mib * 1048576.0);
     d->nb = loom_ddp_plan(n, numel, dt, first ? first : 1, cap ? cap : 1, bucket, offset);
-    d->b = calloc((size_t)(d->nb ? d->nb : 1), sizeof *d->b);
+    d->b = loom_sys_calloc((size_t)(d->nb ? d->nb : 1), sizeof *d->b);
     if (!d->b) st = loom_set_error(LOOM_ERR_OOM, "ddp: out of host memory");
   }
   for (int k = 0; k < d->nb && st == LOOM_OK; k++) d->b[k].lo = n, d->b[k].hi = -1;
@@ -299,10 +300,10 @@ static loom_status build(loom_ddp *d) {
     p->slot = loom_tensor_new_header(buf->storage, offset[i], buf->dtype, p->master->ndim, p->master->shape, strides);
     if (!p->slot) st = loom_last_status();
   }
-  free(numel);
-  free(offset);
-  free(dt);
-  free(bucket);
+  loom_sys_free(numel);
+  loom_sys_free(offset);
+  loom_sys_free(dt);
+  loom_sys_free(bucket);
   return st;
 }
 
@@ -320,10 +321,10 @@ loom_ddp *loom_ddp_new(loom_module *m, loom_comm *c, const loom_ddp_options *opt
     loom_set_error(LOOM_ERR_INVALID_ARG, "ddp_new: the model has no parameters");
     return NULL;
   }
-  loom_ddp *d = calloc(1, sizeof *d);
-  if (d) d->p = calloc((size_t)n, sizeof *d->p);
+  loom_ddp *d = loom_sys_calloc(1, sizeof *d);
+  if (d) d->p = loom_sys_calloc((size_t)n, sizeof *d->p);
   if (!d || !d->p) {
-    free(d);
+    loom_sys_free(d);
     loom_set_error(LOOM_ERR_OOM, "ddp_new: out of host memory");
     return NULL;
   }

@@ -12,6 +12,7 @@
  * communicator after its timeout instead of hanging. Nothing is sent by loom
  * itself: all bytes move through MPI. */
 #include "dist/mpi_runtime.h"
+#include "core/sys.h"
 
 #ifndef LOOM_HAVE_MPI
 
@@ -129,7 +130,7 @@ static void run_work(loom_comm *c, mpi_work *w) {
       MPI_Op op;
       type_and_op(w->t->dtype, w->op, &dt, &op);
       int64_t chunks = (n + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-      if (chunks > 1) reqs = malloc((size_t)chunks * sizeof *reqs);
+      if (chunks > 1) reqs = loom_sys_malloc((size_t)chunks * sizeof *reqs);
       if (!reqs) {
         loom_comm_fail(c, LOOM_ERR_OOM, "all_reduce: out of host memory");
         return;
@@ -147,7 +148,7 @@ static void run_work(loom_comm *c, mpi_work *w) {
     }
     case W_BCAST: {
       int64_t chunks = (bytes + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-      if (chunks > 1) reqs = malloc((size_t)chunks * sizeof *reqs);
+      if (chunks > 1) reqs = loom_sys_malloc((size_t)chunks * sizeof *reqs);
       if (!reqs) {
         loom_comm_fail(c, LOOM_ERR_OOM, "broadcast: out of host memory");
         return;
@@ -188,7 +189,7 @@ static void run_work(loom_comm *c, mpi_work *w) {
     loom_mpi_errstr(rc, msg, sizeof msg);
     r = 1;
   }
-  if (reqs != &one) free(reqs);
+  if (reqs != &one) loom_sys_free(reqs);
   char what[96];
   if (w->t)
     snprintf(what, sizeof what, "%s of %lld %s elements", kind_name(w->kind), (long long)loom_shape_numel(w->t->ndim, w->t->shape),
@@ -235,7 +236,7 @@ static void *comm_thread(void *arg) {
     if (!atomic_load(&c->failed) && !atomic_load(&m->abort_req)) run_work(c, w);
     loom_tensor_release(w->t);
     loom_tensor_release(w->out);
-    free(w);
+    loom_sys_free(w);
     pthread_mutex_lock(&m->mu);
     m->completed++;
     m->last_progress = loom_dist_now();
@@ -248,7 +249,7 @@ static void *comm_thread(void *arg) {
 static loom_status submit(loom_comm *c, int kind, loom_tensor *t, loom_tensor *out, loom_reduce_op op, int root,
                           loom_comm_times *times) {
   mpi_impl *m = c->impl;
-  mpi_work *w = calloc(1, sizeof *w);
+  mpi_work *w = loom_sys_calloc(1, sizeof *w);
   if (!w) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", kind_name(kind));
   w->kind = kind;
   w->t = loom_tensor_retain(t);
@@ -333,7 +334,7 @@ static void m_destroy(loom_comm *c) {
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->work_cv);
   pthread_cond_destroy(&m->done_cv);
-  free(m);
+  loom_sys_free(m);
   c->impl = NULL;
   loom_mpi_live_add(-1);
 }
@@ -345,9 +346,9 @@ loom_status loom_mpi_comm_init(loom_device dev, double timeout_s, loom_comm **ou
   LOOM_TRY(loom_mpi_ensure("comm_init"));
   loom_comm *c = loom_comm_alloc(LOOM_COMM_MPI, dev, timeout_s);
   if (!c) return loom_last_status();
-  mpi_impl *m = calloc(1, sizeof *m);
+  mpi_impl *m = loom_sys_calloc(1, sizeof *m);
   if (!m) {
-    free(c);
+    loom_sys_free(c);
     return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
   }
   m->comm = MPI_COMM_NULL;
@@ -375,7 +376,7 @@ loom_status loom_mpi_comm_init(loom_device dev, double timeout_s, loom_comm **ou
   if (st != LOOM_OK) {
     m_destroy(c);
     pthread_mutex_destroy(&c->fail_mu);
-    free(c);
+    loom_sys_free(c);
     return st;
   }
   loom_log_msg(LOOM_LOG_INFO, "dist: MPI rank %d of %d (local %d of %d), timeout %g s", c->rank, c->size, c->local_rank,

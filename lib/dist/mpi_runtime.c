@@ -11,6 +11,7 @@
  * over MPI_COMM_WORLD that rendezvous a NCCL id. The communicator back end
  * itself is mpi_comm.c. */
 #include "dist/mpi_runtime.h"
+#include "core/sys.h"
 
 #ifndef LOOM_HAVE_MPI
 
@@ -197,7 +198,7 @@ loom_status loom_mpi_gather_facts(MPI_Comm comm, double timeout_s, const char *w
   int len = 0;
   MPI_Get_processor_name(me.host, &len);
   int cpus = loom_dist_affinity(me.mask, sizeof me.mask);
-  rank_card *all = calloc((size_t)f->size, sizeof *all);
+  rank_card *all = loom_sys_calloc((size_t)f->size, sizeof *all);
   if (!all) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", what);
   MPI_Request req;
   loom_mpi_lock();
@@ -207,7 +208,7 @@ loom_status loom_mpi_gather_facts(MPI_Comm comm, double timeout_s, const char *w
   int r = rc == MPI_SUCCESS ? loom_mpi_wait_requests(&req, 1, loom_dist_now() + timeout_s, NULL, msg, sizeof msg) : 1;
   if (rc != MPI_SUCCESS) loom_mpi_errstr(rc, msg, sizeof msg);
   if (r != 0) {
-    free(all);
+    loom_sys_free(all);
     if (r == 2) atomic_store(&g_abandoned, 1);
     return loom_set_error(LOOM_ERR_COMM, "%s: exchanging host names over MPI %s%s (%d ranks, timeout %g s)", what,
                           r == 2 ? "timed out: a rank did not join" : "failed: ", r == 2 ? "" : msg, f->size, timeout_s);
@@ -224,7 +225,7 @@ loom_status loom_mpi_gather_facts(MPI_Comm comm, double timeout_s, const char *w
     sharing += overlap;
   }
   f->threads = loom_dist_threads_for(cpus, sharing);
-  free(all);
+  loom_sys_free(all);
   return LOOM_OK;
 }
 

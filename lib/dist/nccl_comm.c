@@ -19,6 +19,7 @@
  * it compiles and links against NCCL 2.28. */
 #include "dist/dist_internal.h"
 #include "dist/mpi_runtime.h"  /* the NCCL id rendezvous over MPI */
+#include "core/sys.h"
 
 #ifndef LOOM_HAVE_NCCL
 
@@ -146,7 +147,7 @@ static loom_status prepare(loom_comm *c, loom_tensor *t, loom_tensor *t2) {
     LOOM_TRY(loom_tensor_record_stream(ts[k], n->stream));
     if (n->n_inflight == n->cap_inflight) {
       int nc = n->cap_inflight ? 2 * n->cap_inflight : 16;
-      loom_tensor **p = realloc(n->inflight, (size_t)nc * sizeof *p);
+      loom_tensor **p = loom_sys_realloc(n->inflight, (size_t)nc * sizeof *p);
       if (!p) return loom_set_error(LOOM_ERR_OOM, "NCCL: out of host memory");
       n->inflight = p;
       n->cap_inflight = nc;
@@ -273,12 +274,12 @@ static void n_destroy(loom_comm *c) {
     }
   }
   release_inflight(n);
-  free(n->inflight);
+  loom_sys_free(n->inflight);
   loom_tensor_release(n->barrier_word);
   loom_event_free(n->ready);
   loom_event_free(n->done);
   loom_stream_free(n->stream);
-  free(n);
+  loom_sys_free(n);
   c->impl = NULL;
 }
 
@@ -325,7 +326,7 @@ loom_status loom_nccl_comm_init(loom_device dev, const loom_nccl_rendezvous *rv,
   /* Two ranks on one GPU cannot work in NCCL; with MPI every rank can
    * compare GPU UUIDs first and refuse with a clear message. */
   if (mpi && size > 1) {
-    unsigned char me[16], *all = malloc((size_t)size * 16);
+    unsigned char me[16], *all = loom_sys_malloc((size_t)size * 16);
     if (!all) return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
     loom_status st = gpu_uuid(dev.index, me);
     if (st == LOOM_OK) st = loom_mpi_allgather_bytes(me, all, 16, timeout_s);
@@ -336,7 +337,7 @@ loom_status loom_nccl_comm_init(loom_device dev, const loom_nccl_rendezvous *rv,
                             "needs one GPU per rank: start one rank per GPU, or give each rank its own GPU with "
                             "LOOM_VISIBLE_DEVICES", rank < j ? rank : j, rank < j ? j : rank, dev.index);
     }
-    free(all);
+    loom_sys_free(all);
     LOOM_TRY(st);
   }
   ncclUniqueId id;
@@ -359,9 +360,9 @@ loom_status loom_nccl_comm_init(loom_device dev, const loom_nccl_rendezvous *rv,
   c->local_size = local_size;
   unsigned char mask[LOOM_DIST_MASK_BYTES];
   c->default_threads = loom_dist_threads_for(loom_dist_affinity(mask, sizeof mask), local_size);
-  nccl_impl *n = calloc(1, sizeof *n);
+  nccl_impl *n = loom_sys_calloc(1, sizeof *n);
   if (!n) {
-    free(c);
+    loom_sys_free(c);
     return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
   }
   n->nonblocking = true;
@@ -390,7 +391,7 @@ loom_status loom_nccl_comm_init(loom_device dev, const loom_nccl_rendezvous *rv,
     loom_status keep = st;
     n_destroy(c);
     pthread_mutex_destroy(&c->fail_mu);
-    free(c);
+    loom_sys_free(c);
     return keep;
   }
   if (file && rank == 0) loom_rendezvous_file_remove(rv->path);  /* every rank has joined */
@@ -400,11 +401,11 @@ loom_status loom_nccl_comm_init(loom_device dev, const loom_nccl_rendezvous *rv,
 }
 
 loom_status loom_nccl_comm_init_all(int n, const int *cuda_indices, double timeout_s, loom_comm **comms) {
-  int *phys = calloc((size_t)n, sizeof *phys);
-  ncclComm_t *nc = calloc((size_t)n, sizeof *nc);
+  int *phys = loom_sys_calloc((size_t)n, sizeof *phys);
+  ncclComm_t *nc = loom_sys_calloc((size_t)n, sizeof *nc);
   if (!phys || !nc) {
-    free(phys);
-    free(nc);
+    loom_sys_free(phys);
+    loom_sys_free(nc);
     return loom_set_error(LOOM_ERR_OOM, "comm_init_all: out of host memory");
   }
   loom_status st = LOOM_OK;
@@ -422,9 +423,9 @@ loom_status loom_nccl_comm_init_all(int n, const int *cuda_indices, double timeo
   for (int i = 0; i < n && st == LOOM_OK; i++) {
     int idx = cuda_indices ? cuda_indices[i] : i;
     loom_comm *c = loom_comm_alloc(LOOM_COMM_NCCL, loom_cuda(idx), timeout_s);
-    nccl_impl *ni = c ? calloc(1, sizeof *ni) : NULL;
+    nccl_impl *ni = c ? loom_sys_calloc(1, sizeof *ni) : NULL;
     if (!ni) {
-      free(c);
+      loom_sys_free(c);
       st = loom_set_error(LOOM_ERR_OOM, "comm_init_all: out of host memory");
       break;
     }
@@ -451,8 +452,8 @@ loom_status loom_nccl_comm_init_all(int n, const int *cuda_indices, double timeo
       }
     }
   }
-  free(phys);
-  free(nc);
+  loom_sys_free(phys);
+  loom_sys_free(nc);
   return st;
 }
 

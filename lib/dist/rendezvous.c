@@ -14,6 +14,7 @@
 
 #include "dist/dist_internal.h"
 #include "loom/log.h"
+#include "core/sys.h"
 
 #define RV_MAGIC "LOOMRV1\n"
 
@@ -31,7 +32,7 @@ loom_status loom_rendezvous_file_publish(const char *path, const void *blob, siz
   if (stat(path, &sb) == 0)
     loom_log_msg(LOOM_LOG_WARN, "rendezvous: replacing an existing %s (left by an earlier run?); use a fresh path per job",
                  path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = loom_sys_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0)
     return loom_set_error(LOOM_ERR_IO, "rendezvous: cannot create %s: %s (is the directory shared and writable?)", tmp,
                           strerror(errno));
@@ -39,12 +40,12 @@ loom_status loom_rendezvous_file_publish(const char *path, const void *blob, siz
   memcpy(h.magic, RV_MAGIC, 8);
   h.world_size = world_size;
   h.blob_bytes = (uint32_t)n;
-  bool ok = write(fd, &h, sizeof h) == (ssize_t)sizeof h && write(fd, blob, n) == (ssize_t)n && fsync(fd) == 0;
+  bool ok = loom_sys_write(fd, &h, sizeof h) == (ssize_t)sizeof h && loom_sys_write(fd, blob, n) == (ssize_t)n && loom_sys_fsync(fd) == 0;
   int err = errno;
-  close(fd);
-  if (!ok || rename(tmp, path) != 0) {
+  loom_sys_close(fd);
+  if (!ok || loom_sys_rename(tmp, path) != 0) {
     if (ok) err = errno;
-    unlink(tmp);
+    loom_sys_unlink(tmp);
     return loom_set_error(LOOM_ERR_IO, "rendezvous: cannot write %s: %s", path, strerror(err));
   }
   return LOOM_OK;
@@ -53,19 +54,19 @@ loom_status loom_rendezvous_file_publish(const char *path, const void *blob, siz
 loom_status loom_rendezvous_file_read(const char *path, void *blob, size_t n, int world_size, double timeout_s) {
   double deadline = loom_dist_now() + timeout_s;
   for (int it = 0;; it++) {
-    int fd = open(path, O_RDONLY);
+    int fd = loom_sys_open(path, O_RDONLY);
     if (fd >= 0) {
       rv_header h;
-      bool ok = read(fd, &h, sizeof h) == (ssize_t)sizeof h;
+      bool ok = loom_sys_read(fd, &h, sizeof h) == (ssize_t)sizeof h;
       ok = ok && memcmp(h.magic, RV_MAGIC, 8) == 0 && h.blob_bytes == n;
       if (ok && h.world_size != world_size) {
-        close(fd);
+        loom_sys_close(fd);
         return loom_set_error(LOOM_ERR_STATE,
                               "rendezvous: %s was written for a world of %d ranks but this rank expects %d (a file from "
                               "another job? use a fresh path per job)", path, h.world_size, world_size);
       }
-      ok = ok && read(fd, blob, n) == (ssize_t)n;
-      close(fd);
+      ok = ok && loom_sys_read(fd, blob, n) == (ssize_t)n;
+      loom_sys_close(fd);
       if (!ok)
         return loom_set_error(LOOM_ERR_FORMAT, "rendezvous: %s is not a loom rendezvous file of %zu bytes", path, n);
       return LOOM_OK;
@@ -80,4 +81,4 @@ loom_status loom_rendezvous_file_read(const char *path, void *blob, size_t n, in
   }
 }
 
-void loom_rendezvous_file_remove(const char *path) { unlink(path); }
+void loom_rendezvous_file_remove(const char *path) { loom_sys_unlink(path); }

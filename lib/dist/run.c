@@ -9,6 +9,7 @@
 
 #include "core/struct_size.h"
 #include "dist/dist_internal.h"
+#include "core/sys.h"
 
 void loom_dist_run_options_init(loom_dist_run_options *o) {
   if (!o) return;
@@ -76,11 +77,11 @@ loom_status loom_dist_run(const loom_dist_run_options *opt, loom_dist_worker fn,
   }
   if (n > have)
     return loom_set_error(LOOM_ERR_DEVICE, "dist_run: %d GPUs asked for, %d present", n, have);
-  loom_comm **comms = calloc((size_t)n, sizeof *comms);
-  worker *w = calloc((size_t)n, sizeof *w);
+  loom_comm **comms = loom_sys_calloc((size_t)n, sizeof *comms);
+  worker *w = loom_sys_calloc((size_t)n, sizeof *w);
   if (!comms || !w) {
-    free(comms);
-    free(w);
+    loom_sys_free(comms);
+    loom_sys_free(w);
     return loom_set_error(LOOM_ERR_OOM, "dist_run: out of host memory");
   }
   loom_status st = loom_comm_init_all(n, NULL, &o.comm, comms);
@@ -102,7 +103,7 @@ loom_status loom_dist_run(const loom_dist_run_options *opt, loom_dist_worker fn,
     if (w[i].st != LOOM_OK) first_bad = i;
   for (int i = 0; i < n; i++) loom_comm_free(comms[i]);
   if (st == LOOM_OK && first_bad >= 0) st = loom_set_error(w[first_bad].st, "replica %d: %s", first_bad, w[first_bad].msg);
-  free(comms);
-  free(w);
+  loom_sys_free(comms);
+  loom_sys_free(w);
   return st;
 }

@@ -16,6 +16,7 @@
 #include "core/capture.h"
 #include "device/device_internal.h"
 #include "loom/graph.h"
+#include "core/sys.h"
 
 enum { G_CAPTURING = 1, G_READY = 2, G_FAILED = 3 };
 
@@ -44,7 +45,7 @@ loom_status loom_graph_capture_begin(loom_device dev, loom_graph **out) {
     return loom_set_error(LOOM_ERR_STATE, "graph_capture_begin: a capture is already open on this thread; end it "
                           "first (loom_graph_capture_end)");
   LOOM_TRY(loom_device_check(dev));
-  loom_graph *g = calloc(1, sizeof *g);
+  loom_graph *g = loom_sys_calloc(1, sizeof *g);
   if (!g) return loom_set_error(LOOM_ERR_OOM, "graph_capture_begin: out of host memory");
   g->dev = dev;
 #ifdef LOOM_HAVE_CUDA
@@ -57,7 +58,7 @@ loom_status loom_graph_capture_begin(loom_device dev, loom_graph **out) {
       if (e != cudaSuccess) st = loom_cuda_error(e, "cudaStreamBeginCapture", __FILE__, __LINE__);
     }
     if (st != LOOM_OK) {
-      free(g);
+      loom_sys_free(g);
       return st;
     }
     g->real = 1;
@@ -71,7 +72,7 @@ loom_status loom_graph_capture_begin(loom_device dev, loom_graph **out) {
       if (cudaStreamEndCapture(g->stream, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
     }
 #endif
-    free(g);
+    loom_sys_free(g);
     return st;
   }
   g->state = G_CAPTURING;
@@ -146,5 +147,5 @@ void loom_graph_free(loom_graph *g) {
   if (g->graph) cudaGraphDestroy(g->graph);
 #endif
   loom_alloc_private_destroy(g->pool);
-  free(g);
+  loom_sys_free(g);
 }

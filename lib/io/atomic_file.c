@@ -19,15 +19,16 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "loom/io.h"
+#include "core/sys.h"
 
 static atomic_uint g_tmp_counter;
 
 /* Directory part of path ("." when there is none). malloc'd. */
 static char *dir_of(const char *path) {
   const char *slash = strrchr(path, '/');
-  if (!slash) return strdup(".");
-  if (slash == path) return strdup("/");
-  return strndup(path, (size_t)(slash - path));
+  if (!slash) return loom_sys_strdup(".");
+  if (slash == path) return loom_sys_strdup("/");
+  return loom_sys_strndup(path, (size_t)(slash - path));
 }
 
 /* The file being replaced: opened before the new one is written. Its
@@ -43,7 +44,7 @@ static char *dir_of(const char *path) {
  * (a zero-copy load of the old checkpoint) are not dropped by the kernel;
  * the data stays readable either way. */
 static int hold_old(const char *path) {
-  int old = open(path, O_RDONLY | O_CLOEXEC);
+  int old = loom_sys_open(path, O_RDONLY | O_CLOEXEC);
   if (old >= 0) (void)posix_fadvise(old, 0, 0, POSIX_FADV_DONTNEED);
   return old;
 }
@@ -95,7 +96,7 @@ static bool set_direct(loom_atomic_file *af, bool on) {
  * a refusal (EINVAL) or a short, unaligned write switches to buffered. */
 static loom_status write_out(loom_atomic_file *af, const char *p, size_t n) {
   while (n > 0) {
-    ssize_t w = write(af->fd, p, n); /* n <= STAGE_BYTES */
+    ssize_t w = loom_sys_write(af->fd, p, n); /* n <= STAGE_BYTES */
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EINVAL && af->direct && set_direct(af, false)) continue;
@@ -137,21 +138,21 @@ loom_status loom_atomic_open(loom_atomic_file *af, const char *path) {
   if (!*base) return loom_set_error(LOOM_ERR_INVALID_ARG, "save: '%s' names a directory, not a file", path);
   size_t dlen = (size_t)(base - path);
   size_t n = strlen(path) + 64;
-  af->path = strdup(path);
-  af->tmp = malloc(n);
+  af->path = loom_sys_strdup(path);
+  af->tmp = loom_sys_malloc(n);
   if (!af->path || !af->tmp) {
-    free(af->path), free(af->tmp);
+    loom_sys_free(af->path), loom_sys_free(af->tmp);
     af->path = af->tmp = NULL;
     return loom_set_error(LOOM_ERR_OOM, "save: out of host memory");
   }
   snprintf(af->tmp, n, "%.*s.%s.tmp-%ld-%u", (int)dlen, path, base, (long)getpid(),
            atomic_fetch_add(&g_tmp_counter, 1u));
-  af->fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  af->fd = loom_sys_open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (af->fd < 0) {
     int e = errno;
     loom_status st = loom_set_error(LOOM_ERR_IO, "save '%s': cannot create the temporary file '%s': %s (check that the "
                                     "directory exists and is writable)", path, af->tmp, strerror(e));
-    free(af->path), free(af->tmp);
+    loom_sys_free(af->path), loom_sys_free(af->tmp);
     af->path = af->tmp = NULL;
     return st;
   }
@@ -160,7 +161,7 @@ loom_status loom_atomic_open(loom_atomic_file *af, const char *path) {
 }
 
 loom_status loom_atomic_write(loom_atomic_file *af, const void *data, size_t n) {
-  if (!af->stage && posix_memalign((void **)&af->stage, DIRECT_ALIGN, STAGE_BYTES) != 0) {
+  if (!af->stage && loom_sys_posix_memalign((void **)&af->stage, DIRECT_ALIGN, STAGE_BYTES) != 0) {
     af->stage = NULL;
     return loom_set_error(LOOM_ERR_OOM, "save '%s': out of host memory for the %zu MiB write buffer", af->path,
                           STAGE_BYTES >> 20);
@@ -179,21 +180,21 @@ loom_status loom_atomic_write(loom_atomic_file *af, const void *data, size_t n) 
 }
 
 static void af_free(loom_atomic_file *af) {
-  if (af->old >= 0) close(af->old);
+  if (af->old >= 0) loom_sys_close(af->old);
   af->old = -1;
-  free(af->stage);
+  loom_sys_free(af->stage);
   af->stage = NULL;
   af->staged = 0;
-  free(af->path);
-  free(af->tmp);
+  loom_sys_free(af->path);
+  loom_sys_free(af->tmp);
   af->path = af->tmp = NULL;
   af->fd = -1;
 }
 
 void loom_atomic_abort(loom_atomic_file *af) {
   if (!af || !af->tmp) return;
-  if (af->fd >= 0) close(af->fd);
-  unlink(af->tmp);
+  if (af->fd >= 0) loom_sys_close(af->fd);
+  loom_sys_unlink(af->tmp);
   af_free(af);
 }
 
@@ -202,9 +203,9 @@ loom_status loom_atomic_commit(loom_atomic_file *af) {
   /* (the padding of a direct last piece comes off again) */
   if (st == LOOM_OK && af->flushed && ftruncate(af->fd, (off_t)af->size) != 0)
     st = loom_set_error(LOOM_ERR_IO, "save '%s': setting the file's size failed: %s", af->path, strerror(errno));
-  if (st == LOOM_OK && fsync(af->fd) != 0)
+  if (st == LOOM_OK && loom_sys_fsync(af->fd) != 0)
     st = loom_set_error(LOOM_ERR_IO, "save '%s': fsync of the temporary file failed: %s", af->path, strerror(errno));
-  if (close(af->fd) != 0 && st == LOOM_OK)
+  if (loom_sys_close(af->fd) != 0 && st == LOOM_OK)
     st = loom_set_error(LOOM_ERR_IO, "save '%s': close failed: %s", af->path, strerror(errno));
   af->fd = -1;
   /* The file being replaced is held open (af->old) until the directory is
@@ -215,22 +216,22 @@ loom_status loom_atomic_commit(loom_atomic_file *af) {
    * experiment on the dev VM: replacing a 1 GiB file 3.8-9.5 s that way,
    * 2.8-3.5 s holding it (+0.2-0.3 s for the close); see
    * bench/results/io_cpu.md. */
-  if (st == LOOM_OK && rename(af->tmp, af->path) != 0)
+  if (st == LOOM_OK && loom_sys_rename(af->tmp, af->path) != 0)
     st = loom_set_error(LOOM_ERR_IO, "save '%s': renaming the temporary file '%s' over it failed: %s", af->path, af->tmp,
                         strerror(errno));
   if (st != LOOM_OK) {
-    unlink(af->tmp);
+    loom_sys_unlink(af->tmp);
     af_free(af);
     return st;
   }
   /* The rename is durable only once the directory entry is on disk. */
   char *dir = dir_of(af->path);
-  int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-  if (dfd < 0 || fsync(dfd) != 0)
+  int dfd = dir ? loom_sys_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+  if (dfd < 0 || loom_sys_fsync(dfd) != 0)
     st = loom_set_error(LOOM_ERR_IO, "save '%s': the file is complete, but fsync of its directory '%s' failed: %s",
                         af->path, dir ? dir : "?", strerror(errno));
-  if (dfd >= 0) close(dfd);
-  free(dir);
+  if (dfd >= 0) loom_sys_close(dfd);
+  loom_sys_free(dir);
   af_free(af);
   return st;
 }

@@ -19,6 +19,7 @@
 #include "io/safetensors_internal.h"
 #include "optim/optim_state.h"
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 #define CKPT_FORMAT_KEY "loom.checkpoint"
 #define CKPT_FORMAT_VERSION "1"
@@ -39,11 +40,11 @@ typedef struct entries {
 static loom_status reserve(int n, int *cap, void **a, size_t sa, void **b, size_t sb, void **c, size_t sc) {
   if (n < *cap) return LOOM_OK;
   int nc = *cap ? *cap * 2 : 32;
-  void *na = realloc(*a, (size_t)nc * sa);
+  void *na = loom_sys_realloc(*a, (size_t)nc * sa);
   if (na) *a = na;
-  void *nb = na ? realloc(*b, (size_t)nc * sb) : NULL;
+  void *nb = na ? loom_sys_realloc(*b, (size_t)nc * sb) : NULL;
   if (nb) *b = nb;
-  void *ncp = (nb && c) ? realloc(*c, (size_t)nc * sc) : NULL;
+  void *ncp = (nb && c) ? loom_sys_realloc(*c, (size_t)nc * sc) : NULL;
   if (ncp) *c = ncp;
   if (!na || !nb || (c && !ncp)) return loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
   *cap = nc;
@@ -55,7 +56,7 @@ static loom_status add_tensor(entries *e, loom_tensor *t, bool owned, const char
 static loom_status add_tensor(entries *e, loom_tensor *t, bool owned, const char *fmt, ...) {
   loom_status st = reserve(e->n, &e->cap, (void **)&e->names, sizeof *e->names, (void **)&e->tensors,
                            sizeof *e->tensors, (void **)&e->owned, sizeof *e->owned);
-  char *name = st == LOOM_OK ? malloc(NAME_MAX_LEN) : NULL;
+  char *name = st == LOOM_OK ? loom_sys_malloc(NAME_MAX_LEN) : NULL;
   if (!name) {
     if (owned) loom_tensor_release(t);
     return st != LOOM_OK ? st : loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
@@ -75,9 +76,9 @@ static loom_status add_meta(entries *e, const char *key, const char *fmt, ...) _
 static loom_status add_meta(entries *e, const char *key, const char *fmt, ...) {
   LOOM_TRY(reserve(e->n_meta, &e->cap_meta, (void **)&e->keys, sizeof *e->keys, (void **)&e->values,
                    sizeof *e->values, NULL, 0));
-  char *k = strdup(key), *v = malloc(64);
+  char *k = loom_sys_strdup(key), *v = loom_sys_malloc(64);
   if (!k || !v) {
-    free(k), free(v);
+    loom_sys_free(k), loom_sys_free(v);
     return loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
   }
   va_list ap;
@@ -92,11 +93,11 @@ static loom_status add_meta(entries *e, const char *key, const char *fmt, ...) {
 
 static void entries_free(entries *e) {
   for (int i = 0; i < e->n; i++) {
-    free(e->names[i]);
+    loom_sys_free(e->names[i]);
     if (e->owned[i]) loom_tensor_release(e->tensors[i]);
   }
-  for (int i = 0; i < e->n_meta; i++) free(e->keys[i]), free(e->values[i]);
-  free(e->names), free(e->tensors), free(e->owned), free(e->keys), free(e->values);
+  for (int i = 0; i < e->n_meta; i++) loom_sys_free(e->keys[i]), loom_sys_free(e->values[i]);
+  loom_sys_free(e->names), loom_sys_free(e->tensors), loom_sys_free(e->owned), loom_sys_free(e->keys), loom_sys_free(e->values);
 }
 
 /* ---- shared checks -------------------------------------------------------------- */
@@ -226,7 +227,7 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
       }
     }
     int nh = loom_optim_hparams(s.optimizer, NULL, 0); /* grows with parameter groups */
-    loom_optim_hparam *hp = malloc((size_t)nh * sizeof *hp);
+    loom_optim_hparam *hp = loom_sys_malloc((size_t)nh * sizeof *hp);
     if (!hp && st == LOOM_OK) st = loom_set_error(LOOM_ERR_OOM, "out of host memory");
     if (hp) loom_optim_hparams(s.optimizer, hp, nh);
     for (int i = 0; hp && i < nh && st == LOOM_OK; i++) {
@@ -234,7 +235,7 @@ loom_status loom_checkpoint_save(const char *path, const loom_train_state *state
       snprintf(key, sizeof key, "optim.%.*s", LOOM_OPTIM_KEY_MAX - 1, hp[i].key);
       st = add_meta(&e, key, "%s", hp[i].value);
     }
-    free(hp);
+    loom_sys_free(hp);
   }
   if (s.scaler && st == LOOM_OK) {
     loom_scaler_state ss = {.struct_size = sizeof ss};
@@ -351,7 +352,7 @@ static loom_status plan_add(plan *p, const loom_safetensors *f, loom_tensor *dst
 static loom_status plan_add(plan *p, const loom_safetensors *f, loom_tensor *dst, const char *fmt, ...) {
   if (p->n == p->cap) {
     int nc = p->cap ? p->cap * 2 : 32;
-    plan_item *ni = realloc(p->items, (size_t)nc * sizeof *ni);
+    plan_item *ni = loom_sys_realloc(p->items, (size_t)nc * sizeof *ni);
     if (!ni) return loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
     p->items = ni;
     p->cap = nc;
@@ -397,7 +398,7 @@ static loom_status check_all(const loom_safetensors *f, const loom_train_state *
     lookup_ctx lc = {f, "optim."};
     LOOM_TRY(loom_optim_hparams_check(s->optimizer, lookup_prefixed, &lc));
     int n = loom_optim_num_params(s->optimizer);
-    p->param_steps = calloc((size_t)n, sizeof *p->param_steps);
+    p->param_steps = loom_sys_calloc((size_t)n, sizeof *p->param_steps);
     if (!p->param_steps) return loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
     for (int i = 0; i < n; i++) {
       LOOM_TRY(opt_param_name(s->model, s->optimizer, i, name, sizeof name));
@@ -465,13 +466,20 @@ static loom_status check_all(const loom_safetensors *f, const loom_train_state *
 static loom_status apply_all(loom_safetensors *f, loom_train_state *s, const plan *p) {
   loom_status st = LOOM_OK;
   bool prev = loom_set_grad_enabled(false);
+  /* Read every tensor before writing any (file and memory errors end the
+   * restore before it changes anything), then copy them in. */
+  loom_tensor **src = loom_sys_calloc(p->n ? (size_t)p->n : 1, sizeof *src);
+  if (!src) st = loom_set_error(LOOM_ERR_OOM, "checkpoint: out of host memory");
+  loom_scope_begin();
   for (int i = 0; i < p->n && st == LOOM_OK; i++) {
-    loom_scope_begin();
-    loom_tensor *src = loom_safetensors_get(f, p->items[i].name, loom_cpu());
-    st = src ? loom_copy_(p->items[i].dst, src) : loom_last_status();
-    loom_scope_end();
-    if (st != LOOM_OK) loom_error_prefix("checkpoint: restoring '%s'", p->items[i].name);
+    src[i] = loom_safetensors_get(f, p->items[i].name, loom_cpu());
+    if (!src[i]) st = loom_error_prefix("checkpoint: reading '%s'", p->items[i].name);
   }
+  for (int i = 0; i < p->n && st == LOOM_OK; i++)
+    if ((st = loom_copy_(p->items[i].dst, src[i])) != LOOM_OK)
+      loom_error_prefix("checkpoint: restoring '%s'", p->items[i].name);
+  loom_scope_end();
+  loom_sys_free(src);
   loom_set_grad_enabled(prev);
   if (st != LOOM_OK) return st;
   if (s->optimizer) {
@@ -504,8 +512,8 @@ loom_status loom_checkpoint_restore(const char *path, loom_train_state *state) {
   } else {
     loom_error_prefix("loom_checkpoint_restore '%s'", path);
   }
-  free(p.items);
-  free(p.param_steps);
+  loom_sys_free(p.items);
+  loom_sys_free(p.param_steps);
   loom_safetensors_close(f);
   return st;
 }

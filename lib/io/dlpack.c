@@ -16,6 +16,7 @@
 #include "io/dlpack_abi.h"
 #include "loom/io.h"
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 /* ---- dtype and device mapping --------------------------------------------------- */
 
@@ -98,7 +99,7 @@ typedef struct dl_export {
 
 static void export_free(dl_export *x) {
   loom_tensor_release(x->view);
-  free(x);
+  loom_sys_free(x);
 }
 static void legacy_deleter(DLManagedTensor *self) { export_free(self->manager_ctx); }
 static void versioned_deleter(DLManagedTensorVersioned *self) { export_free(self->manager_ctx); }
@@ -115,14 +116,14 @@ static dl_export *export_new(loom_tensor *t, DLTensor *(*pick)(dl_export *)) {
   }
   int32_t type, id;
   if (loom_dlpack_device(t, &type, &id) != LOOM_OK) return NULL;
-  dl_export *x = calloc(1, sizeof *x);
+  dl_export *x = loom_sys_calloc(1, sizeof *x);
   if (!x) {
     loom_set_error(LOOM_ERR_OOM, "to_dlpack: out of host memory");
     return NULL;
   }
   x->view = loom_tensor_new_header(t->storage, t->offset, t->dtype, t->ndim, t->shape, t->strides);
   if (!x->view) {
-    free(x);
+    loom_sys_free(x);
     return NULL;
   }
   for (int d = 0; d < t->ndim; d++) {

@@ -14,6 +14,7 @@
 #include "core/struct_size.h"
 #include "io/tfrecord.h"
 #include "loom/metrics.h"
+#include "core/sys.h"
 
 #define FLUSH_NS 2000000000ll
 #define MAX_TAG 512
@@ -49,7 +50,7 @@ void loom_metrics_options_init(loom_metrics_options *o) {
 
 /* mkdir -p */
 static loom_status make_dirs(const char *dir) {
-  char *p = strdup(dir);
+  char *p = loom_sys_strdup(dir);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "loom_metrics_open: out of host memory");
   loom_status st = LOOM_OK;
   for (char *c = p + 1;; c++) {
@@ -67,24 +68,24 @@ static loom_status make_dirs(const char *dir) {
   struct stat sb;
   if (st == LOOM_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
     st = loom_set_error(LOOM_ERR_IO, "loom_metrics_open: '%s' exists and is not a directory", dir);
-  free(p);
+  loom_sys_free(p);
   return st;
 }
 
 static char *join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
-  char *s = malloc(n);
+  char *s = loom_sys_malloc(n);
   if (s) snprintf(s, n, "%s/%s", dir, name);
   return s;
 }
 
 static void destroy(loom_metrics *m) {
-  if (m->events) fclose(m->events);
-  if (m->csv) fclose(m->csv);
-  free(m->event_path);
-  free(m->csv_path);
+  if (m->events) loom_sys_fclose(m->events);
+  if (m->csv) loom_sys_fclose(m->csv);
+  loom_sys_free(m->event_path);
+  loom_sys_free(m->csv_path);
   pthread_mutex_destroy(&m->mu);
-  free(m);
+  loom_sys_free(m);
 }
 
 loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_options *user) {
@@ -96,7 +97,7 @@ loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_options *
     return NULL;
   }
   if (make_dirs(logdir) != LOOM_OK) return NULL;
-  loom_metrics *m = calloc(1, sizeof *m);
+  loom_metrics *m = loom_sys_calloc(1, sizeof *m);
   if (!m) {
     loom_set_error(LOOM_ERR_OOM, "loom_metrics_open: out of host memory");
     return NULL;
@@ -112,8 +113,8 @@ loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_options *
     snprintf(name, sizeof name, "events.out.tfevents.%lld.%s.%d.loom", (long long)time(NULL), host, (int)getpid());
     m->event_path = join(logdir, name);
     /* "x": a second writer in the same second and process gets its own file. */
-    for (int k = 1; m->event_path && !(m->events = fopen(m->event_path, "wbx")) && errno == EEXIST && k < 100; k++) {
-      free(m->event_path);
+    for (int k = 1; m->event_path && !(m->events = loom_sys_fopen(m->event_path, "wbx")) && errno == EEXIST && k < 100; k++) {
+      loom_sys_free(m->event_path);
       snprintf(name, sizeof name, "events.out.tfevents.%lld.%s.%d.%d.loom", (long long)time(NULL), host, (int)getpid(), k);
       m->event_path = join(logdir, name);
     }
@@ -124,7 +125,7 @@ loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_options *
     }
     uint8_t buf[64];
     size_t n = loom_event_file_version(buf, sizeof buf, wall_now());
-    if (loom_tfrecord_write(m->events, buf, n) != 0 || fflush(m->events) != 0) {
+    if (loom_tfrecord_write(m->events, buf, n) != 0 || loom_sys_fflush(m->events) != 0) {
       loom_set_error(LOOM_ERR_IO, "loom_metrics_open: cannot write '%s': %s", m->event_path, strerror(errno));
       destroy(m);
       return NULL;
@@ -134,14 +135,14 @@ loom_metrics *loom_metrics_open(const char *logdir, const loom_metrics_options *
     m->csv_path = join(logdir, "metrics.csv");
     struct stat sb;
     int fresh = !m->csv_path || stat(m->csv_path, &sb) != 0 || sb.st_size == 0;
-    m->csv = m->csv_path ? fopen(m->csv_path, "a") : NULL;
+    m->csv = m->csv_path ? loom_sys_fopen(m->csv_path, "a") : NULL;
     if (!m->csv) {
       loom_set_error(LOOM_ERR_IO, "loom_metrics_open: cannot open '%s/metrics.csv' for appending: %s", logdir,
                      strerror(errno));
       destroy(m);
       return NULL;
     }
-    if (fresh && (fputs("wall_time,step,tag,value\n", m->csv) < 0 || fflush(m->csv) != 0)) {
+    if (fresh && (fputs("wall_time,step,tag,value\n", m->csv) < 0 || loom_sys_fflush(m->csv) != 0)) {
       loom_set_error(LOOM_ERR_IO, "loom_metrics_open: cannot write '%s': %s", m->csv_path, strerror(errno));
       destroy(m);
       return NULL;
@@ -157,8 +158,8 @@ static void io_error(loom_metrics *m, const char *path) {
 }
 
 static loom_status flush_locked(loom_metrics *m) {
-  if (m->events && fflush(m->events) != 0) io_error(m, m->event_path);
-  if (m->csv && fflush(m->csv) != 0) io_error(m, m->csv_path);
+  if (m->events && loom_sys_fflush(m->events) != 0) io_error(m, m->event_path);
+  if (m->csv && loom_sys_fflush(m->csv) != 0) io_error(m, m->csv_path);
   m->last_flush = mono_ns();
   return m->err == LOOM_OK ? LOOM_OK : loom_set_error(m->err, "%s", m->err_msg);
 }
@@ -220,8 +221,8 @@ loom_status loom_metrics_close(loom_metrics *m) {
   if (!m) return LOOM_OK;
   pthread_mutex_lock(&m->mu);
   flush_locked(m);
-  if (m->events && fclose(m->events) != 0) io_error(m, m->event_path);
-  if (m->csv && fclose(m->csv) != 0) io_error(m, m->csv_path);
+  if (m->events && loom_sys_fclose(m->events) != 0) io_error(m, m->event_path);
+  if (m->csv && loom_sys_fclose(m->csv) != 0) io_error(m, m->csv_path);
   m->events = m->csv = NULL;
   loom_status st = m->err == LOOM_OK ? LOOM_OK : loom_set_error(m->err, "%s", m->err_msg);
   pthread_mutex_unlock(&m->mu);

@@ -18,6 +18,7 @@
 #include "device/device_internal.h"
 #include "io/safetensors_internal.h"
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; loom's reader assumes a little-endian host"
@@ -27,8 +28,8 @@
 
 static void map_release(loom_st_map *m) {
   if (!m || atomic_fetch_sub(&m->refcount, 1) != 1) return;
-  if (m->base) munmap(m->base, m->len);
-  free(m);
+  if (m->base) loom_sys_munmap(m->base, m->len);
+  loom_sys_free(m);
 }
 
 /* Storage release callback of a tensor viewing the map. */
@@ -43,7 +44,7 @@ static void map_tensor_release(void *data, void *ctx) {
 static loom_status pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path) {
   char *p = buf;
   while (n > 0) {
-    ssize_t r = pread(fd, p, n, (off_t)off);
+    ssize_t r = loom_sys_pread(fd, p, n, (off_t)off);
     if (r < 0) {
       if (errno == EINTR) continue;
       return loom_set_error(LOOM_ERR_IO, "safetensors '%s': read failed: %s", path, strerror(errno));
@@ -60,18 +61,18 @@ static loom_status pread_full(int fd, void *buf, size_t n, uint64_t off, const c
 
 static void st_free(loom_safetensors *f) {
   if (!f) return;
-  for (int i = 0; i < f->n; i++) free(f->e[i].name);
+  for (int i = 0; i < f->n; i++) loom_sys_free(f->e[i].name);
   for (int i = 0; i < f->n_meta; i++) {
-    free(f->meta_keys[i]);
-    free(f->meta_values[i]);
+    loom_sys_free(f->meta_keys[i]);
+    loom_sys_free(f->meta_values[i]);
   }
-  free(f->e);
-  free(f->meta_keys);
-  free(f->meta_values);
-  if (f->fd >= 0) close(f->fd);
+  loom_sys_free(f->e);
+  loom_sys_free(f->meta_keys);
+  loom_sys_free(f->meta_values);
+  if (f->fd >= 0) loom_sys_close(f->fd);
   map_release(f->map);
-  free(f->path);
-  free(f);
+  loom_sys_free(f->path);
+  loom_sys_free(f);
 }
 
 void loom_safetensors_close(loom_safetensors *f) { st_free(f); }
@@ -101,15 +102,15 @@ static int cmp_entry(const void *a, const void *b) {
 static loom_status parse_metadata(loom_safetensors *f, json_t *meta) {
   if (!json_is_object(meta)) return bad(f->path, "__metadata__ is not an object of strings");
   size_t n = json_object_size(meta);
-  f->meta_keys = calloc(n ? n : 1, sizeof *f->meta_keys);
-  f->meta_values = calloc(n ? n : 1, sizeof *f->meta_values);
+  f->meta_keys = loom_sys_calloc(n ? n : 1, sizeof *f->meta_keys);
+  f->meta_values = loom_sys_calloc(n ? n : 1, sizeof *f->meta_values);
   if (!f->meta_keys || !f->meta_values) return loom_set_error(LOOM_ERR_OOM, "safetensors: out of host memory");
   const char *k;
   json_t *v;
   json_object_foreach(meta, k, v) {
     if (!json_is_string(v)) return bad(f->path, "__metadata__ entry '%s' is not a string", k);
-    f->meta_keys[f->n_meta] = strdup(k);
-    f->meta_values[f->n_meta] = strdup(json_string_value(v));
+    f->meta_keys[f->n_meta] = loom_sys_strdup(k);
+    f->meta_values[f->n_meta] = loom_sys_strdup(json_string_value(v));
     f->n_meta++;
     if (!f->meta_keys[f->n_meta - 1] || !f->meta_values[f->n_meta - 1])
       return loom_set_error(LOOM_ERR_OOM, "safetensors: out of host memory");
@@ -173,7 +174,7 @@ static loom_status parse_entry(loom_safetensors *f, const char *name, json_t *v,
     return bad(f->path, "tensor '%s': %d-d %s of %llu bytes, but data_offsets [%llu, %llu] span %llu bytes", name,
                e->ndim, e->dtype->name, (unsigned long long)bytes, (unsigned long long)e->begin,
                (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
-  e->name = strdup(name);
+  e->name = loom_sys_strdup(name);
   if (!e->name) return loom_set_error(LOOM_ERR_OOM, "safetensors: out of host memory");
   return LOOM_OK;
 }
@@ -193,7 +194,7 @@ static loom_status parse_header(loom_safetensors *f, const char *text, size_t le
     goto out;
   }
   size_t n = json_object_size(root);
-  f->e = calloc(n ? n : 1, sizeof *f->e);
+  f->e = loom_sys_calloc(n ? n : 1, sizeof *f->e);
   if (!f->e) {
     st = loom_set_error(LOOM_ERR_OOM, "safetensors: out of host memory");
     goto out;
@@ -238,14 +239,14 @@ loom_safetensors *loom_safetensors_open(const char *path) {
     loom_set_error(LOOM_ERR_INVALID_ARG, "loom_safetensors_open: path is NULL");
     return NULL;
   }
-  loom_safetensors *f = calloc(1, sizeof *f);
+  loom_safetensors *f = loom_sys_calloc(1, sizeof *f);
   char *header = NULL;
-  if (!f || !(f->path = strdup(path))) {
-    free(f);
+  if (!f || !(f->path = loom_sys_strdup(path))) {
+    loom_sys_free(f);
     loom_set_error(LOOM_ERR_OOM, "safetensors: out of host memory");
     return NULL;
   }
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  f->fd = loom_sys_open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
   loom_status st = LOOM_OK;
   if (f->fd < 0) {
@@ -275,7 +276,7 @@ loom_safetensors *loom_safetensors_open(const char *path) {
              (unsigned long long)size);
     goto fail;
   }
-  header = malloc(hlen ? hlen : 1);
+  header = loom_sys_malloc(hlen ? hlen : 1);
   if (!header) {
     st = loom_set_error(LOOM_ERR_OOM, "safetensors '%s': out of host memory for a %llu-byte header", path,
                         (unsigned long long)hlen);
@@ -284,16 +285,16 @@ loom_safetensors *loom_safetensors_open(const char *path) {
   if ((st = pread_full(f->fd, header, hlen, 8, path)) != LOOM_OK) goto fail;
   f->data_start = 8 + hlen;
   if ((st = parse_header(f, header, hlen, size - f->data_start)) != LOOM_OK) goto fail;
-  free(header);
+  loom_sys_free(header);
   header = NULL;
   /* Valid: map it (private: writes to loaded tensors never reach the file). */
-  f->map = calloc(1, sizeof *f->map);
+  f->map = loom_sys_calloc(1, sizeof *f->map);
   if (!f->map) {
     st = loom_set_error(LOOM_ERR_OOM, "safetensors: out of host memory");
     goto fail;
   }
   atomic_init(&f->map->refcount, 1);
-  void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0);
+  void *base = loom_sys_mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0);
   if (base == MAP_FAILED) {
     st = loom_set_error(LOOM_ERR_IO, "safetensors '%s': cannot map %llu bytes: %s", path, (unsigned long long)size,
                         strerror(errno));
@@ -304,7 +305,7 @@ loom_safetensors *loom_safetensors_open(const char *path) {
   return f;
 fail:
   (void)st;
-  free(header);
+  loom_sys_free(header);
   st_free(f);
   return NULL;
 }

@@ -11,6 +11,7 @@
 #include "io/safetensors_internal.h"
 #include "ops/op.h"
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 #ifdef LOOM_HAVE_JANSSON
 #include <jansson.h>
@@ -60,7 +61,7 @@ static loom_status write_tensor(loom_atomic_file *af, loom_tensor *t, const char
 
 /* Stable order: larger elements first, so each tensor stays aligned. */
 static int *size_order(loom_tensor *const *tensors, int n) {
-  int *ord = malloc((size_t)(n ? n : 1) * sizeof *ord);
+  int *ord = loom_sys_malloc((size_t)(n ? n : 1) * sizeof *ord);
   if (!ord) return NULL;
   int k = 0;
   for (size_t sz = 8; sz >= 1; sz /= 2)
@@ -137,15 +138,15 @@ static loom_status build_header(const char *path, int n, const char *const *name
   }
   size_t len = strlen(text);
   size_t pad = (LOOM_ST_ALIGN - (8 + len) % LOOM_ST_ALIGN) % LOOM_ST_ALIGN;
-  char *h = malloc(len + pad);
+  char *h = loom_sys_malloc(len + pad);
   if (!h) {
-    free(text);
+    loom_sys_free(text);
     st = loom_set_error(LOOM_ERR_OOM, "save '%s': out of host memory", path);
     goto out;
   }
   memcpy(h, text, len);
   memset(h + len, ' ', pad);
-  free(text);
+  loom_sys_free(text);
   *out = h;
   *out_len = len + pad;
 out:
@@ -186,8 +187,8 @@ loom_status loom_safetensors_save(const char *path, int n, const char *const *na
     if (st == LOOM_OK) st = loom_atomic_commit(&af);
     else loom_atomic_abort(&af);
   }
-  free(header);
-  free(ord);
+  loom_sys_free(header);
+  loom_sys_free(ord);
   return st;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "io/tfrecord.h"
+#include "core/sys.h"
 
 /* ---- CRC-32C (reflected polynomial 0x82F63B78), one table, built once ---- */
 static uint32_t g_table[256];
@@ -51,9 +52,9 @@ int loom_tfrecord_write(FILE *f, const void *data, size_t n) {
   le64(head, (uint64_t)n);
   le32(head + 8, loom_crc32c_masked(head, 8));
   le32(tail, loom_crc32c_masked(data, n));
-  if (fwrite(head, 1, sizeof head, f) != sizeof head) return -1;
-  if (n && fwrite(data, 1, n, f) != n) return -1;
-  if (fwrite(tail, 1, sizeof tail, f) != sizeof tail) return -1;
+  if (loom_sys_fwrite(head, 1, sizeof head, f) != sizeof head) return -1;
+  if (n && loom_sys_fwrite(data, 1, n, f) != n) return -1;
+  if (loom_sys_fwrite(tail, 1, sizeof tail, f) != sizeof tail) return -1;
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "core/struct_size.h"
 #include "nn/module_internal.h"
 #include "tensor/grad_mode.h"
+#include "core/sys.h"
 
 typedef struct bn_impl {
   loom_batch_norm_options opt;  /* momentum, eps (training and act come from the module) */
@@ -63,7 +64,7 @@ static loom_tensor *bn_forward(loom_module *m, loom_tensor *x) {
   return y;
 }
 
-static void bn_destroy(loom_module *m) { free(m->impl); }
+static void bn_destroy(loom_module *m) { loom_sys_free(m->impl); }
 
 /* A module-owned tensor filled with v (not adopted by any scope). */
 static loom_tensor *filled(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev, double v) {
@@ -103,7 +104,7 @@ loom_module *loom_batch_norm2d_new(int64_t num_features, const loom_batch_norm_o
   if (loom_device_check(dev) != LOOM_OK) return NULL;
   loom_module *m = loom_module_alloc(LOOM_MOD_BATCHNORM2D, "BatchNorm2d");
   if (!m) return NULL;
-  bn_impl *b = calloc(1, sizeof *b);
+  bn_impl *b = loom_sys_calloc(1, sizeof *b);
   if (!b) {
     loom_set_error(LOOM_ERR_OOM, "batch_norm2d_new: out of host memory");
     loom_module_free(m);

@@ -8,6 +8,7 @@
 #include "core/struct_size.h"
 #include "nn/module_internal.h"
 #include "nn/precision_policy.h"
+#include "core/sys.h"
 
 static loom_tensor *conv2d_forward(loom_module *m, loom_tensor *x) {
   /* Under a mixed-precision policy the policy picks the weights and casts. */
@@ -17,7 +18,7 @@ static loom_tensor *conv2d_forward(loom_module *m, loom_tensor *x) {
   return loom_conv2d(x, m->params[0], m->n_params > 1 ? m->params[1] : NULL, &o);
 }
 
-static void conv2d_destroy(loom_module *m) { free(m->impl); }
+static void conv2d_destroy(loom_module *m) { loom_sys_free(m->impl); }
 
 /* "Conv2d(16, 32, 3x3, stride 2, pad 1, relu)": the parts that differ from the defaults. */
 void loom_conv2d_name(loom_module *m) {
@@ -78,7 +79,7 @@ loom_module *loom_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t 
   m->in_features = in_channels;
   m->out_features = out_channels;
   m->act = (loom_activation)o.act;
-  loom_conv2d_impl *impl = calloc(1, sizeof *impl);
+  loom_conv2d_impl *impl = loom_sys_calloc(1, sizeof *impl);
   if (!impl) {
     loom_set_error(LOOM_ERR_OOM, "conv2d_new: out of host memory");
     loom_module_free(m);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "nn/module_internal.h"
+#include "core/sys.h"
 
 typedef struct dropout_impl {
   double p;
@@ -13,7 +14,7 @@ static loom_tensor *dropout_forward(loom_module *m, loom_tensor *x) {
   return loom_dropout(x, ((dropout_impl *)m->impl)->p, m->training);
 }
 
-static void dropout_destroy(loom_module *m) { free(m->impl); }
+static void dropout_destroy(loom_module *m) { loom_sys_free(m->impl); }
 
 loom_module *loom_dropout_new(double p) {
   if (!(p >= 0.0 && p <= 1.0)) {
@@ -21,7 +22,7 @@ loom_module *loom_dropout_new(double p) {
     return NULL;
   }
   loom_module *m = loom_module_alloc(LOOM_MOD_DROPOUT, "Dropout");
-  dropout_impl *d = m ? calloc(1, sizeof *d) : NULL;
+  dropout_impl *d = m ? loom_sys_calloc(1, sizeof *d) : NULL;
   if (!d) {
     if (m) loom_set_error(LOOM_ERR_OOM, "dropout_new: out of host memory");
     loom_module_free(m);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "nn/module_internal.h"
+#include "core/sys.h"
 
 typedef struct flatten_impl {
   int start_dim, end_dim;
@@ -14,11 +15,11 @@ static loom_tensor *flatten_forward(loom_module *m, loom_tensor *x) {
   return loom_flatten(x, f->start_dim, f->end_dim);
 }
 
-static void flatten_destroy(loom_module *m) { free(m->impl); }
+static void flatten_destroy(loom_module *m) { loom_sys_free(m->impl); }
 
 loom_module *loom_flatten_new(int start_dim, int end_dim) {
   loom_module *m = loom_module_alloc(LOOM_MOD_FLATTEN, "Flatten");
-  flatten_impl *f = m ? calloc(1, sizeof *f) : NULL;
+  flatten_impl *f = m ? loom_sys_calloc(1, sizeof *f) : NULL;
   if (!f) {
     if (m) loom_set_error(LOOM_ERR_OOM, "flatten_new: out of host memory");
     loom_module_free(m);

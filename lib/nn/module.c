@@ -7,9 +7,10 @@
 
 #include "loom/autograd.h"
 #include "nn/module_internal.h"
+#include "core/sys.h"
 
 loom_module *loom_module_alloc(int kind, const char *name) {
-  loom_module *m = calloc(1, sizeof *m);
+  loom_module *m = loom_sys_calloc(1, sizeof *m);
   if (!m) {
     loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", name);
     return NULL;
@@ -24,10 +25,10 @@ loom_module *loom_module_alloc(int kind, const char *name) {
 static int grow(void **items, size_t item_size, void **names, int n, int *cap) {
   if (n < *cap) return 1;
   int nc = *cap ? *cap * 2 : 4;
-  void *ni = realloc(*items, (size_t)nc * item_size);
+  void *ni = loom_sys_realloc(*items, (size_t)nc * item_size);
   if (!ni) return 0;
   *items = ni;
-  void *nn = realloc(*names, (size_t)nc * LOOM_MODULE_NAME_MAX);
+  void *nn = loom_sys_realloc(*names, (size_t)nc * LOOM_MODULE_NAME_MAX);
   if (!nn) return 0;
   *names = nn;
   *cap = nc;
@@ -259,12 +260,12 @@ void loom_module_free(loom_module *m) {
   for (int i = 0; i < m->n_buffers; i++) loom_tensor_release(m->buffers[i]);
   for (int i = 0; i < m->n_children; i++) loom_module_free(m->children[i]);
   if (m->destroy) m->destroy(m);
-  free(m->params);
-  free(m->param_names);
-  free(m->buffers);
-  free(m->buffer_names);
-  free(m->children);
-  free(m->child_names);
-  free(m->policy);  /* the precision policy record is plain malloc memory */
-  free(m);
+  loom_sys_free(m->params);
+  loom_sys_free(m->param_names);
+  loom_sys_free(m->buffers);
+  loom_sys_free(m->buffer_names);
+  loom_sys_free(m->children);
+  loom_sys_free(m->child_names);
+  loom_sys_free(m->policy);  /* the precision policy record is plain malloc memory */
+  loom_sys_free(m);
 }

@@ -6,6 +6,7 @@
 
 #include "core/struct_size.h"
 #include "nn/module_internal.h"
+#include "core/sys.h"
 
 typedef struct pool_impl {
   loom_pool2d_options opt;   /* max / avg */
@@ -23,7 +24,7 @@ static loom_tensor *adaptive_forward(loom_module *m, loom_tensor *x) {
   return loom_adaptive_avg_pool2d(x, p->out_h, p->out_w);
 }
 
-static void pool_destroy(loom_module *m) { free(m->impl); }
+static void pool_destroy(loom_module *m) { loom_sys_free(m->impl); }
 
 static loom_module *pool_new(int kind, const char *what, const loom_pool2d_options *opt) {
   if (!opt) {
@@ -47,7 +48,7 @@ static loom_module *pool_new(int kind, const char *what, const loom_pool2d_optio
     }
   }
   loom_module *m = loom_module_alloc(kind, what);
-  pool_impl *p = m ? calloc(1, sizeof *p) : NULL;
+  pool_impl *p = m ? loom_sys_calloc(1, sizeof *p) : NULL;
   if (!p) {
     if (m) loom_set_error(LOOM_ERR_OOM, "%s_new: out of host memory", what);
     loom_module_free(m);
@@ -79,7 +80,7 @@ loom_module *loom_adaptive_avg_pool2d_new(int64_t out_h, int64_t out_w) {
     return NULL;
   }
   loom_module *m = loom_module_alloc(LOOM_MOD_ADAPTIVE_AVGPOOL2D, "AdaptiveAvgPool2d");
-  pool_impl *p = m ? calloc(1, sizeof *p) : NULL;
+  pool_impl *p = m ? loom_sys_calloc(1, sizeof *p) : NULL;
   if (!p) {
     if (m) loom_set_error(LOOM_ERR_OOM, "adaptive_avg_pool2d_new: out of host memory");
     loom_module_free(m);

@@ -9,6 +9,7 @@
 #include "amp/amp_internal.h"
 #include "loom/autograd.h"
 #include "nn/precision_policy.h"
+#include "core/sys.h"
 
 /* ---- applying a policy --------------------------------------------------------- */
 
@@ -23,11 +24,11 @@ static loom_module *last_linear(loom_module *m) {
 static loom_status apply(loom_module *m, loom_precision p, bool keep_last, const loom_module *last) {
   bool fp32_layer = keep_last && m == last;
   if (p == LOOM_PRECISION_FP32) {
-    free(m->policy);
+    loom_sys_free(m->policy);
     m->policy = NULL;
     loom_amp_drop_copies(m->params, m->n_params);
   } else {
-    loom_module_policy *pol = m->policy ? m->policy : malloc(sizeof *pol);
+    loom_module_policy *pol = m->policy ? m->policy : loom_sys_malloc(sizeof *pol);
     if (!pol) return loom_set_error(LOOM_ERR_OOM, "set_precision: out of host memory");
     m->policy = pol;
     *pol = (loom_module_policy){p, keep_last, fp32_layer};

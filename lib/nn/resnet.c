@@ -14,6 +14,7 @@
 #include "nn/module_internal.h"
 #include "nn/precision_policy.h"
 #include "nn/resnet_internal.h"
+#include "core/sys.h"
 
 typedef struct resnet_impl {
   loom_resnet_arch arch;
@@ -111,7 +112,7 @@ static loom_tensor *resnet_forward(loom_module *m, loom_tensor *x) {
   return x;
 }
 
-static void resnet_destroy(loom_module *m) { free(m->impl); }
+static void resnet_destroy(loom_module *m) { loom_sys_free(m->impl); }
 
 loom_status loom_resnet_set_memory_format(loom_module *m, loom_memory_format f) {
   if (!m || m->kind != LOOM_MOD_RESNET) return loom_set_error(LOOM_ERR_INVALID_ARG, "resnet_set_memory_format: not a ResNet");
@@ -171,7 +172,7 @@ loom_module *loom_resnet_new(loom_resnet_arch arch, const loom_resnet_options *o
   if (loom_device_check(dev) != LOOM_OK) return NULL;
   const struct arch_info *a = &ARCHS[arch];
   loom_module *m = loom_module_alloc(LOOM_MOD_RESNET, a->name);
-  resnet_impl *r = m ? calloc(1, sizeof *r) : NULL;
+  resnet_impl *r = m ? loom_sys_calloc(1, sizeof *r) : NULL;
   if (!r) {
     if (m) loom_set_error(LOOM_ERR_OOM, "resnet_new: out of host memory");
     loom_module_free(m);

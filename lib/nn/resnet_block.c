@@ -17,6 +17,7 @@
 
 #include "nn/module_internal.h"
 #include "nn/resnet_internal.h"
+#include "core/sys.h"
 
 typedef struct block_impl {
   bool bottleneck;
@@ -39,7 +40,7 @@ static loom_tensor *select_weight(loom_module *m, loom_dtype dt) {
   int s = dtype_slot(dt);
   if (b->select[s]) return b->select[s];
   int64_t O = b->out_channels, C = b->in_channels, pad = (O - C) / 2;
-  float *w = calloc((size_t)(O * C), sizeof *w);
+  float *w = loom_sys_calloc((size_t)(O * C), sizeof *w);
   if (!w) {
     loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for the shortcut", m->name);
     return NULL;
@@ -50,7 +51,7 @@ static loom_tensor *select_weight(loom_module *m, loom_dtype dt) {
   loom_tensor *t = loom_cast(loom_from_host(w, 4, shape, LOOM_F32, b->dev), dt);
   b->select[s] = loom_tensor_retain(t);  /* ours; the scope drops its own reference */
   loom_scope_end();
-  free(w);
+  loom_sys_free(w);
   return b->select[s];
 }
 
@@ -76,7 +77,7 @@ static void block_destroy(loom_module *m) {
   block_impl *b = m->impl;
   if (!b) return;
   for (int i = 0; i < 3; i++) loom_tensor_release(b->select[i]);
-  free(b);
+  loom_sys_free(b);
 }
 
 /* Conv2d without bias, torchvision's init. */
@@ -129,7 +130,7 @@ loom_module *loom_resnet_block_make(bool bottleneck, int64_t in, int64_t planes,
   }
   if (loom_device_check(dev) != LOOM_OK) return NULL;
   loom_module *m = loom_module_alloc(bottleneck ? LOOM_MOD_BOTTLENECK : LOOM_MOD_BASIC_BLOCK, what);
-  block_impl *b = m ? calloc(1, sizeof *b) : NULL;
+  block_impl *b = m ? loom_sys_calloc(1, sizeof *b) : NULL;
   if (!b) {
     if (m) loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", what);
     loom_module_free(m);

@@ -8,6 +8,7 @@
 #include "loom/autograd.h"
 #include "core/struct_size.h"
 #include "nn/module_internal.h"
+#include "core/sys.h"
 
 /* One checkpointed run of children [lo, hi) of Sequential m (the ctx of
  * its loom_checkpoint). */
@@ -42,7 +43,7 @@ static loom_tensor *seq_forward(loom_module *m, loom_tensor *x) {
   int need = (m->n_children + every - 1) / every;
   seq_runs *t = m->impl;
   if (!t || t->cap < need) {
-    seq_runs *nt = calloc(1, sizeof *nt + (size_t)need * sizeof(seq_run));
+    seq_runs *nt = loom_sys_calloc(1, sizeof *nt + (size_t)need * sizeof(seq_run));
     if (!nt) {
       loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for checkpointing", m->name);
       return NULL;
@@ -62,7 +63,7 @@ static loom_tensor *seq_forward(loom_module *m, loom_tensor *x) {
 static void seq_destroy(loom_module *m) {
   for (seq_runs *t = m->impl, *nx; t; t = nx) {
     nx = t->old;
-    free(t);
+    loom_sys_free(t);
   }
   m->impl = NULL;
 }

@@ -5,6 +5,7 @@
 
 #include "ops/cpu/cpu_util.h"
 #include "ops/op.h"
+#include "core/sys.h"
 
 /* A contiguous same-device, same-dtype copy (autograd-free), or t retained. */
 static loom_tensor *contig_raw(loom_tensor *t) {
@@ -50,10 +51,10 @@ loom_tensor *loom_to_device(loom_tensor *t, loom_device dev) {
     } else {
       /* GPU to GPU through the host: simple and always correct. */
       size_t n = (size_t)loom_shape_numel(t->ndim, t->shape) * loom_dtype_size(t->dtype);
-      void *tmp = malloc(n ? n : 1);
+      void *tmp = loom_sys_malloc(n ? n : 1);
       st = tmp ? loom_copy_to_host_raw(src, tmp) : loom_set_error(LOOM_ERR_OOM, "to_device: out of host memory");
       if (st == LOOM_OK) st = loom_copy_from_host_raw(dst, tmp);
-      free(tmp);
+      loom_sys_free(tmp);
     }
   }
   loom_tensor_release(src);

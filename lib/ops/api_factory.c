@@ -7,16 +7,17 @@
 
 #include "ops/cpu/cpu_util.h"
 #include "ops/op.h"
+#include "core/sys.h"
 
 /* dst (contiguous) <- src converted from f64 to dst's dtype, through a host buffer. */
 static loom_status convert_from_f64_host(loom_tensor *dst, const double *src) {
   int64_t n = loom_shape_numel(dst->ndim, dst->shape);
   size_t es = loom_dtype_size(dst->dtype);
-  void *tmp = malloc((size_t)(n ? n : 1) * es);
+  void *tmp = loom_sys_malloc((size_t)(n ? n : 1) * es);
   if (!tmp) return loom_set_error(LOOM_ERR_OOM, "out of host memory converting %lld values", (long long)n);
   for (int64_t i = 0; i < n; i++) loom_cpu_store_f64(tmp, dst->dtype, i, src[i]);
   loom_status st = loom_copy_from_host_raw(dst, tmp);
-  free(tmp);
+  loom_sys_free(tmp);
   return st;
 }
 
@@ -71,7 +72,7 @@ loom_tensor *loom_arange(double start, double end, double step, loom_dtype dt, l
     return NULL;
   }
   int64_t n = cnt > 0 ? (int64_t)cnt : 0;
-  double *host = malloc((size_t)(n ? n : 1) * sizeof *host);
+  double *host = loom_sys_malloc((size_t)(n ? n : 1) * sizeof *host);
   if (!host) {
     loom_set_error(LOOM_ERR_OOM, "loom_arange: out of host memory for %lld elements", (long long)n);
     return NULL;
@@ -82,7 +83,7 @@ loom_tensor *loom_arange(double start, double end, double step, loom_dtype dt, l
     loom_tensor_release(t);
     t = NULL;
   }
-  free(host);
+  loom_sys_free(host);
   return loom_tensor_adopt(t);
 }
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "ops/op.h"
+#include "core/sys.h"
 
 loom_tensor *loom_log_softmax(loom_tensor *logits, int dim) {
   if (!logits) return loom_op_run(LOOM_OP_LOG_SOFTMAX, &(loom_op_args){.n_in = 1});
@@ -51,15 +52,15 @@ loom_status loom_count_correct(loom_tensor *logits, loom_tensor *labels, int64_t
   bool prev = loom_set_grad_enabled(false);
   loom_scope_begin();
   loom_tensor *am = loom_argmax(logits, 1, false);
-  int64_t *pred = malloc((size_t)(n ? n : 1) * sizeof *pred);
-  int64_t *lab = malloc((size_t)(n ? n : 1) * sizeof *lab);
+  int64_t *pred = loom_sys_malloc((size_t)(n ? n : 1) * sizeof *pred);
+  int64_t *lab = loom_sys_malloc((size_t)(n ? n : 1) * sizeof *lab);
   loom_status st = (pred && lab) ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "accuracy: out of host memory");
   if (st == LOOM_OK) st = loom_to_host(am, pred, (size_t)n * sizeof *pred, LOOM_I64);
   if (st == LOOM_OK) st = loom_to_host(labels, lab, (size_t)n * sizeof *lab, LOOM_I64);
   int64_t c = 0;
   for (int64_t i = 0; st == LOOM_OK && i < n; i++) c += pred[i] == lab[i];
-  free(pred);
-  free(lab);
+  loom_sys_free(pred);
+  loom_sys_free(lab);
   loom_scope_end();
   loom_set_grad_enabled(prev);
   if (st == LOOM_OK) *out = c;

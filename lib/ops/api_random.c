@@ -7,6 +7,7 @@
 #include "core/capture.h"
 #include "loom/rng.h"
 #include "ops/op.h"
+#include "core/sys.h"
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
 #include "ops/cuda/cuda_kernels.h"
 #endif
@@ -36,7 +37,7 @@ static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const in
     return loom_tensor_adopt(t);
   }
 #endif
-  float *host = malloc((size_t)(n ? n : 1) * sizeof(float));
+  float *host = loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
   if (!host) {
     loom_tensor_release(t);
     loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for %lld values", fn, (long long)n);
@@ -56,7 +57,7 @@ static loom_tensor *random_tensor(const char *fn, int normal, int ndim, const in
     st = src ? loom_copy_(t, src) : loom_last_status();
     loom_tensor_release(src);
   }
-  free(host);
+  loom_sys_free(host);
   if (st != LOOM_OK) {
     loom_tensor_release(t);
     return NULL;

@@ -121,8 +121,16 @@ __attribute__((noinline)) static loom_status run_observed(loom_op_id id, loom_op
 loom_tensor *loom_op_run(loom_op_id id, loom_op_args *a) {
   loom_status st = LOOM_PROF_ACTIVE() ? run_observed(id, a, false) : run_named(id, a, true);
   if (st != LOOM_OK) return NULL;
-  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) loom_tensor_adopt(a->out[k]);
-  return a->out[0];
+  /* An output the open scope cannot record dies (adopt releases it), and so
+   * do the ones after it: the op fails as a whole. */
+  bool ok = true;
+  for (int k = 0; k < LOOM_OP_MAX_OUT; k++) {
+    if (!a->out[k]) continue;
+    if (!ok) loom_tensor_release(a->out[k]);
+    else if (!loom_tensor_adopt(a->out[k])) ok = false;
+    if (!ok) a->out[k] = NULL;
+  }
+  return ok ? a->out[0] : NULL;
 }
 
 loom_status loom_op_run_into(loom_op_id id, loom_op_args *a) {

@@ -14,6 +14,7 @@
 #include "core/capture.h"
 #include "optim/fused.h"
 #include "prof/prof.h"
+#include "core/sys.h"
 
 /* Room for `need` entries in the gather arrays. */
 static loom_status reserve_scratch(loom_fused_optimizer *f, int need) {
@@ -22,7 +23,7 @@ static loom_status reserve_scratch(loom_fused_optimizer *f, int need) {
   while (cap < need) cap *= 2;
 #define GROW(field)                                                                  \
   do {                                                                               \
-    void *np_ = realloc((void *)f->scratch.field, (size_t)cap * sizeof *f->scratch.field); \
+    void *np_ = loom_sys_realloc((void *)f->scratch.field, (size_t)cap * sizeof *f->scratch.field); \
     if (!np_) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");   \
     f->scratch.field = np_;                                                          \
   } while (0)
@@ -43,7 +44,7 @@ loom_fused_optimizer *loom_fused_new(size_t size, const loom_optimizer_vtable *v
                                      loom_tensor *const *params, int n, double lr) {
   loom_device dev = params && n > 0 && params[0] ? params[0]->storage->device : loom_cpu();
   if (loom_optim_check_params("optimizer", NULL, 0, params, n, dev) != LOOM_OK) return NULL;
-  loom_fused_optimizer *f = calloc(1, size);
+  loom_fused_optimizer *f = loom_sys_calloc(1, size);
   if (!f) {
     loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
     return NULL;
@@ -87,19 +88,19 @@ loom_status loom_fused_zero_grad(loom_optimizer *o) {
 
 void loom_fused_free(loom_optimizer *o) {
   loom_fused_optimizer *f = (loom_fused_optimizer *)o;
-  free(f->scratch.pp);
-  free(f->scratch.b1);
-  free(f->scratch.b2);
-  free(f->scratch.gp);
-  free(f->scratch.numel);
-  free(f->scratch.lowp);
-  free(f->scratch.idx);
-  free(f->scratch.grp);
+  loom_sys_free(f->scratch.pp);
+  loom_sys_free(f->scratch.b1);
+  loom_sys_free(f->scratch.b2);
+  loom_sys_free(f->scratch.gp);
+  loom_sys_free(f->scratch.numel);
+  loom_sys_free(f->scratch.lowp);
+  loom_sys_free(f->scratch.idx);
+  loom_sys_free(f->scratch.grp);
 #ifdef LOOM_HAVE_CUDA
   loom_dev_table_free(f->gather_table);
 #endif
   loom_optim_base_release(o);
-  free(f);
+  loom_sys_free(f);
 }
 
 /* ---- the step ------------------------------------------------------------------- */
@@ -209,11 +210,11 @@ static loom_status step_by_count(loom_fused_optimizer *f, loom_param_group *g, c
   if (uniform) return g->n ? f->update->cpu(f, g, steps[idx[0]], grp) : LOOM_OK;
   int n = g->n;
   size_t ptrs = (size_t)n * sizeof(void *);
-  float **pp = malloc(ptrs), **b1 = malloc(ptrs), **b2 = malloc(ptrs);
-  const float **gp = malloc(ptrs);
-  uint16_t **lp = malloc(ptrs);
-  int64_t *numel = malloc((size_t)n * sizeof *numel);
-  bool *done = calloc((size_t)n, sizeof *done);
+  float **pp = loom_sys_malloc(ptrs), **b1 = loom_sys_malloc(ptrs), **b2 = loom_sys_malloc(ptrs);
+  const float **gp = loom_sys_malloc(ptrs);
+  uint16_t **lp = loom_sys_malloc(ptrs);
+  int64_t *numel = loom_sys_malloc((size_t)n * sizeof *numel);
+  bool *done = loom_sys_calloc((size_t)n, sizeof *done);
   loom_status st = (pp && b1 && b2 && gp && lp && numel && done) ? LOOM_OK
                    : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
   for (int j0 = 0; j0 < n && st == LOOM_OK; j0++) {
@@ -236,7 +237,7 @@ static loom_status step_by_count(loom_fused_optimizer *f, loom_param_group *g, c
     }
     st = f->update->cpu(f, &sub, c, grp);
   }
-  free(pp), free(b1), free(b2), free(gp), free(lp), free(numel), free(done);
+  loom_sys_free(pp), loom_sys_free(b1), loom_sys_free(b2), loom_sys_free(gp), loom_sys_free(lp), loom_sys_free(numel), loom_sys_free(done);
   return st;
 }
 

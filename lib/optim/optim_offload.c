@@ -14,6 +14,7 @@
 #include "loom/autograd.h"
 #include "ops/op.h"
 #include "optim/optim_internal.h"
+#include "core/sys.h"
 
 typedef struct offload_optimizer {
   loom_optimizer base;        /* first: the device parameters; no state tensors */
@@ -62,7 +63,7 @@ static loom_status reserve_host(offload_optimizer *w, int need) {
   if (need <= w->host_cap) return LOOM_OK;
   int cap = w->host_cap ? w->host_cap : 8;
   while (cap < need) cap *= 2;
-  loom_tensor **nh = realloc(w->host_params, (size_t)cap * sizeof *nh);
+  loom_tensor **nh = loom_sys_realloc(w->host_params, (size_t)cap * sizeof *nh);
   if (!nh) return loom_set_error(LOOM_ERR_OOM, "adamw_offload: out of host memory");
   w->host_params = nh;
   w->host_cap = cap;
@@ -195,9 +196,9 @@ static void offload_free(loom_optimizer *o) {
   offload_optimizer *w = of(o);
   loom_optimizer_free(w->inner);
   for (int i = 0; i < o->n; i++) loom_tensor_release(w->host_params[i]);
-  free(w->host_params);
+  loom_sys_free(w->host_params);
   loom_optim_base_release(o);
-  free(w);
+  loom_sys_free(w);
 }
 
 static const loom_optimizer_vtable offload_vtable = {
@@ -222,9 +223,9 @@ loom_optimizer *loom_optim_offload_inner(const loom_optimizer *o) {
 
 loom_optimizer *loom_adamw_offload_new(loom_tensor *const *params, int n, const loom_adamw_options *opt) {
   /* Validate the options and build the state on the host copies first. */
-  offload_optimizer *w = calloc(1, sizeof *w);
+  offload_optimizer *w = loom_sys_calloc(1, sizeof *w);
   if (!w || reserve_host(w, n > 0 ? n : 1) != LOOM_OK) {
-    free(w);
+    loom_sys_free(w);
     loom_set_error(LOOM_ERR_OOM, "adamw_offload: out of host memory");
     return NULL;
   }
@@ -251,9 +252,9 @@ loom_optimizer *loom_adamw_offload_new(loom_tensor *const *params, int n, const 
     if (!params || n <= 0) loom_set_error(LOOM_ERR_INVALID_ARG, "adamw_offload: needs at least one parameter (got %d)", n);
     loom_optimizer_free(w->inner);
     for (int i = 0; i < made; i++) loom_tensor_release(host[i]);
-    free(host);
+    loom_sys_free(host);
     loom_optim_base_release(&w->base);
-    free(w);
+    loom_sys_free(w);
     return NULL;
   }
   return &w->base;

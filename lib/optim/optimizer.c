@@ -13,6 +13,7 @@
 #include "core/capture.h"
 #include "core/struct_size.h"
 #include "optim/optim_internal.h"
+#include "core/sys.h"
 
 void loom_param_group_options_init(loom_param_group_options *o) {
   if (!o) return;
@@ -56,7 +57,7 @@ loom_status loom_optim_reserve(loom_optimizer *o, int need) {
   while (cap < need) cap *= 2;
 #define GROW(field)                                                                  \
   do {                                                                               \
-    void *np_ = realloc((void *)o->field, (size_t)cap * sizeof *o->field);           \
+    void *np_ = loom_sys_realloc((void *)o->field, (size_t)cap * sizeof *o->field);           \
     if (!np_) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");   \
     o->field = np_;                                                                  \
   } while (0)
@@ -72,7 +73,7 @@ loom_status loom_optim_reserve(loom_optimizer *o, int need) {
 loom_status loom_optim_append_group(loom_optimizer *o, loom_tensor *const *params, int n, double lr, double wd,
                                     int nbufs) {
   LOOM_TRY(loom_optim_reserve(o, o->n + n));
-  loom_optim_group *ng = realloc(o->groups, (size_t)(o->n_groups + 1) * sizeof *ng);
+  loom_optim_group *ng = loom_sys_realloc(o->groups, (size_t)(o->n_groups + 1) * sizeof *ng);
   if (!ng) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
   o->groups = ng;
   for (int i = 0; i < n; i++) {
@@ -131,11 +132,11 @@ void loom_optim_base_release(loom_optimizer *o) {
     if (o->buf1) loom_tensor_release(o->buf1[i]);
     if (o->buf2) loom_tensor_release(o->buf2[i]);
   }
-  free(o->params);
-  free(o->buf1);
-  free(o->buf2);
-  free(o->param_steps);
-  free(o->groups);
+  loom_sys_free(o->params);
+  loom_sys_free(o->buf1);
+  loom_sys_free(o->buf2);
+  loom_sys_free(o->param_steps);
+  loom_sys_free(o->groups);
 #ifdef LOOM_HAVE_CUDA
   loom_cuda_opt_free(o->cuda);
 #endif

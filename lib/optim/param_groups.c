@@ -7,6 +7,7 @@
 #include "loom/optim.h"
 #include "core/error.h"
 #include "core/struct_size.h"
+#include "core/sys.h"
 
 typedef struct split_params {
   loom_tensor **decay, **no_decay;
@@ -17,8 +18,8 @@ static loom_status split_of(const loom_module *m, split_params *s) {
   if (!m) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer for module: module is NULL");
   int n = loom_module_num_params(m);
   if (n <= 0) return loom_set_error(LOOM_ERR_INVALID_ARG, "optimizer for module: %s has no parameters", loom_module_name(m));
-  s->decay = malloc((size_t)n * sizeof *s->decay);
-  s->no_decay = malloc((size_t)n * sizeof *s->no_decay);
+  s->decay = loom_sys_malloc((size_t)n * sizeof *s->decay);
+  s->no_decay = loom_sys_malloc((size_t)n * sizeof *s->no_decay);
   if (!s->decay || !s->no_decay) return loom_set_error(LOOM_ERR_OOM, "optimizer for module: out of host memory");
   return loom_module_split_decay(m, s->decay, &s->n_decay, s->no_decay, &s->n_no_decay);
 }
@@ -36,8 +37,8 @@ static loom_optimizer *finish(loom_optimizer *o, split_params *s, bool swapped) 
       o = NULL;
     }
   }
-  free(s->decay);
-  free(s->no_decay);
+  loom_sys_free(s->decay);
+  loom_sys_free(s->no_decay);
   return o;
 }
 

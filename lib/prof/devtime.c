@@ -22,6 +22,7 @@
 
 #include "device/device_internal.h"
 #include "prof/prof_internal.h"
+#include "core/sys.h"
 
 #define MAX_TL (1 + LOOM_MAX_LOGICAL_GPUS)
 #define MAX_STREAMS 32
@@ -200,7 +201,7 @@ static void put_ev(timeline *tl, int idx) {
 static int add_slice(timeline *tl, const prof_slice *s) {
   if (tl->nsl == tl->capsl) {
     size_t nc = tl->capsl ? tl->capsl * 2 : 256;
-    prof_slice *ns = realloc(tl->sl, nc * sizeof *ns);
+    prof_slice *ns = loom_sys_realloc(tl->sl, nc * sizeof *ns);
     if (!ns) return 0;
     tl->sl = ns;
     tl->capsl = nc;
@@ -249,10 +250,10 @@ static void poll_locked(timeline *tl) {
 static int grow_pool(timeline *tl) {
   if (tl->nev >= MAX_EVENTS) return 0;
   int add = tl->nev + EV_BATCH > MAX_EVENTS ? MAX_EVENTS - tl->nev : EV_BATCH;
-  dev_ev *ne = realloc(tl->ev, (size_t)(tl->nev + add) * sizeof *ne);
+  dev_ev *ne = loom_sys_realloc(tl->ev, (size_t)(tl->nev + add) * sizeof *ne);
   if (!ne) return 0;
   tl->ev = ne;
-  int *nf = realloc(tl->freel, (size_t)(tl->nev + add) * sizeof *nf);
+  int *nf = loom_sys_realloc(tl->freel, (size_t)(tl->nev + add) * sizeof *nf);
   if (!nf) return 0;
   tl->freel = nf;
   int made = 0;
@@ -280,7 +281,7 @@ static int push_pair(timeline *tl, const pair *p) {
     }
     if (tl->n == tl->cap) {
       size_t nc = tl->cap ? tl->cap * 2 : 256;
-      pair *np = realloc(tl->pairs, nc * sizeof *np);
+      pair *np = loom_sys_realloc(tl->pairs, nc * sizeof *np);
       if (!np) return -1;
       tl->pairs = np;
       tl->cap = nc;
@@ -314,7 +315,7 @@ static void reset_locked(timeline *tl, uint32_t gen) {
   put_ev(tl, a);
   tl->head = tl->n = 0;
   tl->base = 0;
-  free(tl->sl);
+  loom_sys_free(tl->sl);
   tl->sl = NULL;
   tl->nsl = tl->capsl = 0;
   tl->dropped = 0;
@@ -409,7 +410,7 @@ loom_status loom_prof_dev_finish(uint32_t gen, prof_slice **out, size_t *nout, i
     }
     pthread_mutex_unlock(&tl->mu);
   }
-  prof_slice *all = malloc((total ? total : 1) * sizeof *all);
+  prof_slice *all = loom_sys_malloc((total ? total : 1) * sizeof *all);
   if (!all) return loom_set_error(LOOM_ERR_OOM, "loom_profiler_stop: out of host memory for %zu device slices", total);
   size_t n = 0;
   for (int i = 0; i < MAX_TL; i++) {
@@ -420,7 +421,7 @@ loom_status loom_prof_dev_finish(uint32_t gen, prof_slice **out, size_t *nout, i
       memcpy(all + n, tl->sl, tl->nsl * sizeof *all);
       n += tl->nsl;
     }
-    free(tl->sl);
+    loom_sys_free(tl->sl);
     tl->sl = NULL;
     tl->nsl = tl->capsl = 0;
     pthread_mutex_unlock(&tl->mu);

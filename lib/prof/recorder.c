@@ -12,6 +12,7 @@
 #include "core/teardown.h"
 #include "loom/log.h"
 #include "prof/prof_internal.h"
+#include "core/sys.h"
 
 _Atomic int loom_prof_flags_ = 0;
 
@@ -90,7 +91,7 @@ void loom_prof_thread_name(const char *name) {
 static tbuf *my_buf(void) {
   if (t_buf) return t_buf;
   pthread_once(&g_key_once, make_key);
-  tbuf *b = calloc(1, sizeof *b);
+  tbuf *b = loom_sys_calloc(1, sizeof *b);
   if (!b) return NULL;
   pthread_mutex_init(&b->mu, NULL);
   b->alive = 1;
@@ -124,7 +125,7 @@ int loom_prof_emit(const prof_event *e, uint32_t gen) {
   }
   if (b->n == b->cap) {
     size_t nc = b->cap ? b->cap * 2 : 1024;
-    prof_event *ne = realloc(b->ev, nc * sizeof *ne);
+    prof_event *ne = loom_sys_realloc(b->ev, nc * sizeof *ne);
     if (ne) {
       b->ev = ne;
       b->cap = nc;
@@ -158,8 +159,8 @@ static loom_status collect_locked(uint32_t gen) {
     pthread_mutex_unlock(&b->mu);
     nth++;
   }
-  g_sess.ev = malloc((total ? total : 1) * sizeof *g_sess.ev);
-  g_sess.th = calloc((size_t)(nth ? nth : 1), sizeof *g_sess.th);
+  g_sess.ev = loom_sys_malloc((total ? total : 1) * sizeof *g_sess.ev);
+  g_sess.th = loom_sys_calloc((size_t)(nth ? nth : 1), sizeof *g_sess.th);
   if (!g_sess.ev || !g_sess.th)
     return loom_set_error(LOOM_ERR_OOM, "loom_profiler_stop: out of host memory collecting %zu events", total);
   tbuf **pp = &g_threads;
@@ -184,8 +185,8 @@ static loom_status collect_locked(uint32_t gen) {
     if (dead) {
       *pp = b->next;
       pthread_mutex_destroy(&b->mu);
-      free(b->ev);
-      free(b);
+      loom_sys_free(b->ev);
+      loom_sys_free(b);
     } else {
       pp = &b->next;
     }
@@ -194,9 +195,9 @@ static loom_status collect_locked(uint32_t gen) {
 }
 
 static void session_clear(void) {
-  free(g_sess.ev);
-  free(g_sess.sl);
-  free(g_sess.th);
+  loom_sys_free(g_sess.ev);
+  loom_sys_free(g_sess.sl);
+  loom_sys_free(g_sess.th);
   memset(&g_sess, 0, sizeof g_sess);
 }
 
@@ -228,10 +229,10 @@ loom_status loom_profiler_start(const loom_profiler_options *user) {
   FILE *f = NULL;
   char *path = NULL;
   if (o.trace_path) {
-    path = strdup(o.trace_path);
-    f = path ? fopen(path, "w") : NULL;
+    path = loom_sys_strdup(o.trace_path);
+    f = path ? loom_sys_fopen(path, "w") : NULL;
     if (!f) {
-      free(path);
+      loom_sys_free(path);
       pthread_mutex_unlock(&g_mu);
       return path ? loom_set_error(LOOM_ERR_IO, "loom_profiler_start: cannot create the trace file '%s'; check the "
                                                 "directory exists and is writable", o.trace_path)
@@ -300,7 +301,7 @@ loom_status loom_profiler_stop(void) {
   g_sess.have = 1;
   if (g_trace) {
     loom_status sw = loom_prof_write_json(&g_sess, g_trace, g_trace_path);
-    if (fclose(g_trace) != 0 && sw == LOOM_OK)
+    if (loom_sys_fclose(g_trace) != 0 && sw == LOOM_OK)
       sw = loom_set_error(LOOM_ERR_IO, "loom_profiler_stop: writing the trace '%s' failed (disk full?)", g_trace_path);
     if (st == LOOM_OK) st = sw;
     g_trace = NULL;
@@ -310,10 +311,10 @@ loom_status loom_profiler_stop(void) {
     if (s) {
       fputs(s, stderr);
       if (g_trace_path) fprintf(stderr, "trace written to %s (open it in https://ui.perfetto.dev)\n", g_trace_path);
-      free(s);
+      loom_sys_free(s);
     }
   }
-  free(g_trace_path);
+  loom_sys_free(g_trace_path);
   g_trace_path = NULL;
   pthread_mutex_unlock(&g_mu);
   return st;
@@ -327,12 +328,12 @@ loom_status loom_profiler_write_trace(const char *path) {
     st = loom_set_error(LOOM_ERR_STATE, "loom_profiler_write_trace: nothing recorded yet; call loom_profiler_start and "
                                         "loom_profiler_stop first");
   } else {
-    FILE *f = fopen(path, "w");
+    FILE *f = loom_sys_fopen(path, "w");
     if (!f) {
       st = loom_set_error(LOOM_ERR_IO, "loom_profiler_write_trace: cannot create '%s'", path);
     } else {
       st = loom_prof_write_json(&g_sess, f, path);
-      if (fclose(f) != 0 && st == LOOM_OK)
+      if (loom_sys_fclose(f) != 0 && st == LOOM_OK)
         st = loom_set_error(LOOM_ERR_IO, "loom_profiler_write_trace: writing '%s' failed (disk full?)", path);
     }
   }
@@ -419,7 +420,7 @@ const char *loom_prof_intern(const char *s) {
     }
     i = (i + 1) % cap;
   }
-  if (!r && g_intern_n < INTERN_MAX && (g_intern[i] = strdup(s))) {
+  if (!r && g_intern_n < INTERN_MAX && (g_intern[i] = loom_sys_strdup(s))) {
     g_intern_n++;
     r = g_intern[i];
   }

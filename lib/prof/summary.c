@@ -11,6 +11,7 @@
 #include "core/text.h"
 #include "core/error.h"
 #include "prof/prof_internal.h"
+#include "core/sys.h"
 
 typedef struct row {
   const char *name;
@@ -70,12 +71,12 @@ static int by_thread_time(const void *a, const void *b) {
  * child and is subtracted from it. */
 static void self_times(span *sp, size_t n) {
   qsort(sp, n, sizeof *sp, by_thread_time);
-  span **stack = malloc((n ? n : 1) * sizeof *stack);
-  int64_t *child = malloc((n ? n : 1) * sizeof *child);
+  span **stack = loom_sys_malloc((n ? n : 1) * sizeof *stack);
+  int64_t *child = loom_sys_malloc((n ? n : 1) * sizeof *child);
   if (!stack || !child) {
     for (size_t i = 0; i < n; i++) sp[i].r->host_self += sp[i].t1 - sp[i].t0;
-    free(stack);
-    free(child);
+    loom_sys_free(stack);
+    loom_sys_free(child);
     return;
   }
   size_t depth = 0;
@@ -91,24 +92,24 @@ static void self_times(span *sp, size_t n) {
     child[depth] = 0;
     stack[depth++] = &sp[i];
   }
-  free(stack);
-  free(child);
+  loom_sys_free(stack);
+  loom_sys_free(child);
 }
 
 static table *build(const prof_session *s) {
-  table *t = calloc(1, sizeof *t);
+  table *t = loom_sys_calloc(1, sizeof *t);
   size_t cap = s->nev + s->nsl + 1;
   if (!t) return NULL;
   t->cap = (int)(cap > 16384 ? 16384 : cap);  /* distinct names are few (ops, interned ranges) */
   t->nslots = t->cap * 2 + 1;
-  t->rows = malloc((size_t)t->cap * sizeof *t->rows);
-  t->slots = malloc((size_t)t->nslots * sizeof *t->slots);
-  span *sp = malloc((s->nev + 1) * sizeof *sp);
+  t->rows = loom_sys_malloc((size_t)t->cap * sizeof *t->rows);
+  t->slots = loom_sys_malloc((size_t)t->nslots * sizeof *t->slots);
+  span *sp = loom_sys_malloc((s->nev + 1) * sizeof *sp);
   if (!t->rows || !t->slots || !sp) {
-    free(t->rows);
-    free(t->slots);
-    free(t);
-    free(sp);
+    loom_sys_free(t->rows);
+    loom_sys_free(t->slots);
+    loom_sys_free(t);
+    loom_sys_free(sp);
     return NULL;
   }
   for (int i = 0; i < t->nslots; i++) t->slots[i] = -1;
@@ -126,7 +127,7 @@ static table *build(const prof_session *s) {
     sp[nsp++] = (span){e->t0, e->t1, e->tid, r};
   }
   self_times(sp, nsp);
-  free(sp);
+  loom_sys_free(sp);
   for (size_t i = 0; i < s->nsl; i++) {
     row *r = find(t, s->sl[i].name, s->sl[i].cat);
     if (!r) continue;
@@ -155,9 +156,9 @@ static void sort_rows(table *t) {
 
 static void free_table(table *t) {
   if (!t) return;
-  free(t->rows);
-  free(t->slots);
-  free(t);
+  loom_sys_free(t->rows);
+  loom_sys_free(t->slots);
+  loom_sys_free(t);
 }
 
 static void fill_row(const table *t, const row *r, loom_profiler_row *o) {
@@ -234,7 +235,7 @@ char *loom_prof_summary_text(const prof_session *s, int max_rows) {
   if (shown < t->n) loom_text_printf(&b, "... %d more rows\n", t->n - shown);
   free_table(t);
   if (b.failed) {
-    free(b.s);
+    loom_sys_free(b.s);
     loom_set_error(LOOM_ERR_OOM, "loom_profiler_summary: out of host memory");
     return NULL;
   }

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "prof/prof_internal.h"
+#include "core/sys.h"
 
 #define HOST_PID 1
 #define DEV_PID(t) (10 + (t))
@@ -148,7 +149,7 @@ loom_status loom_prof_write_json(const prof_session *s, FILE *f, const char *pat
     fputc('}', f);
   }
   fputs("\n]}\n", f);
-  if (fflush(f) != 0 || ferror(f))
+  if (loom_sys_fflush(f) != 0 || ferror(f))
     return loom_set_error(LOOM_ERR_IO, "profiler: writing the trace '%s' failed (disk full?)", path ? path : "");
   return LOOM_OK;
 }

@@ -7,44 +7,46 @@
 #include <string.h>
 
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 typedef struct scope_frame {
   loom_tensor **items;
   size_t n, cap;
 } scope_frame;
 
+/* Frames live in the thread's own storage, so opening a scope never
+ * allocates and cannot fail; beyond SCOPE_FRAMES nested scopes the extra
+ * ones are only counted (their tensors cannot be recorded: ops fail). */
+#define SCOPE_FRAMES 128
+
 typedef struct scope_stack {
-  scope_frame *frames;
-  int depth, cap;
+  scope_frame frames[SCOPE_FRAMES];
+  int depth;     /* frames in use */
+  int overflow;  /* scopes open beyond SCOPE_FRAMES, innermost */
+  int used;      /* frames that may hold an items array */
 } scope_stack;
 
 static _Thread_local scope_stack tl_scopes;
 
-int loom_scope_depth(void) { return tl_scopes.depth; }
+int loom_scope_depth(void) { return tl_scopes.depth + tl_scopes.overflow; }
 
 void loom_scope_begin(void) {
   scope_stack *s = &tl_scopes;
-  if (s->depth == s->cap) {
-    int ncap = s->cap ? s->cap * 2 : 8;
-    scope_frame *nf = realloc(s->frames, (size_t)ncap * sizeof *nf);
-    if (!nf) {
-      /* Still open a (zero-capacity) frame so begin/end stay balanced; pushes
-       * into it fail soft (the tensor is then owned by the caller). */
-      loom_set_error(LOOM_ERR_OOM, "loom_scope_begin: out of host memory");
-      return;
-    }
-    memset(nf + s->cap, 0, (size_t)(ncap - s->cap) * sizeof *nf);
-    s->frames = nf;
-    s->cap = ncap;
+  if (s->depth == SCOPE_FRAMES) {
+    s->overflow++;
+    loom_set_error(LOOM_ERR_STATE, "loom_scope_begin: more than %d nested scopes; tensors made in the innermost ones "
+                   "cannot be recorded", SCOPE_FRAMES);
+    return;
   }
   s->frames[s->depth].n = 0;
   s->depth++;
+  if (s->depth > s->used) s->used = s->depth;
 }
 
 static int frame_push(scope_frame *f, loom_tensor *t) {
   if (f->n == f->cap) {
     size_t ncap = f->cap ? f->cap * 2 : 64;
-    loom_tensor **ni = realloc(f->items, ncap * sizeof *ni);
+    loom_tensor **ni = loom_sys_realloc(f->items, ncap * sizeof *ni);
     if (!ni) return 0;
     f->items = ni;
     f->cap = ncap;
@@ -55,6 +57,10 @@ static int frame_push(scope_frame *f, loom_tensor *t) {
 
 void loom_scope_end(void) {
   scope_stack *s = &tl_scopes;
+  if (s->overflow) {
+    s->overflow--;
+    return;
+  }
   if (s->depth == 0) return;
   scope_frame *f = &s->frames[s->depth - 1];
   /* Release newest first: results die before the inputs they were made of. */
@@ -62,19 +68,24 @@ void loom_scope_end(void) {
   f->n = 0;
   s->depth--;
   if (s->depth == 0) {
-    for (int i = 0; i < s->cap; i++) free(s->frames[i].items);
-    free(s->frames);
-    memset(s, 0, sizeof *s);
+    for (int i = 0; i < s->used; i++) {
+      loom_sys_free(s->frames[i].items);
+      s->frames[i] = (scope_frame){0};
+    }
+    s->used = 0;
   }
 }
 
+/* A tensor that cannot be recorded in the open scope (out of memory) is
+ * released and the call fails: nobody else would ever release it. */
 loom_tensor *loom_tensor_adopt(loom_tensor *t) {
   if (!t) return NULL;
   scope_stack *s = &tl_scopes;
-  if (s->depth > 0 && !frame_push(&s->frames[s->depth - 1], t)) {
-    /* Could not record ownership: hand it to the caller rather than leak
-     * silently into nowhere; report it. */
-    loom_set_error(LOOM_ERR_OOM, "scope: out of host memory recording a tensor; caller now owns it");
+  if (s->overflow || (s->depth > 0 && !frame_push(&s->frames[s->depth - 1], t))) {
+    loom_tensor_release(t);
+    if (!s->overflow) loom_set_error(LOOM_ERR_OOM, "scope: out of host memory recording a new tensor");
+    else loom_set_error(LOOM_ERR_STATE, "scope: more than %d nested scopes", SCOPE_FRAMES);
+    return NULL;
   }
   return t;
 }
@@ -94,6 +105,10 @@ loom_tensor *loom_keep(loom_tensor *t) {
     }
   }
   if (!found) loom_tensor_retain(t);  /* not the scope's: give out a new reference */
-  if (s->depth > 1) frame_push(&s->frames[s->depth - 2], t);
+  if (s->depth > 1 && !frame_push(&s->frames[s->depth - 2], t)) {
+    loom_tensor_release(t);  /* no scope could own it */
+    loom_set_error(LOOM_ERR_OOM, "loom_keep: out of host memory moving a tensor to the enclosing scope");
+    return NULL;
+  }
   return t;
 }

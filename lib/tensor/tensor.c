@@ -6,6 +6,7 @@
 #include "alloc/alloc.h"
 #include "loom/alloc.h"
 #include "tensor/tensor_internal.h"
+#include "core/sys.h"
 
 int64_t loom_shape_numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
@@ -35,7 +36,7 @@ static void storage_release(loom_storage *st) {
   if (atomic_fetch_sub(&st->refcount, 1) != 1) return;
   if (st->release) st->release(st->data, st->release_ctx);
   else loom_alloc_free(st->device, st->data);
-  free(st);
+  loom_sys_free(st);
 }
 
 /* How a dying tensor drops its reference to grad_fn. The node is autograd's
@@ -60,7 +61,7 @@ void loom_tensor_release(loom_tensor *t) {
   }
   if (t->user_tag_free) t->user_tag_free(t->user_tag);
   storage_release(t->storage);
-  free(t);
+  loom_sys_free(t);
 }
 
 static loom_status check_shape(const char *fn, int ndim, const int64_t *shape) {
@@ -80,7 +81,7 @@ static loom_status check_shape(const char *fn, int ndim, const int64_t *shape) {
 
 loom_tensor *loom_tensor_new_header(loom_storage *st, int64_t offset, loom_dtype dt, int ndim,
                                     const int64_t *shape, const int64_t *strides) {
-  loom_tensor *t = calloc(1, sizeof *t);
+  loom_tensor *t = loom_sys_calloc(1, sizeof *t);
   if (!t) {
     loom_set_error(LOOM_ERR_OOM, "out of host memory allocating a tensor header");
     return NULL;
@@ -99,7 +100,7 @@ loom_tensor *loom_tensor_new_header(loom_storage *st, int64_t offset, loom_dtype
 }
 
 static loom_storage *storage_new(loom_device dev, void *data, size_t nbytes, loom_storage_release_fn rel, void *ctx) {
-  loom_storage *st = calloc(1, sizeof *st);
+  loom_storage *st = loom_sys_calloc(1, sizeof *st);
   if (!st) {
     loom_set_error(LOOM_ERR_OOM, "out of host memory allocating tensor storage");
     return NULL;
@@ -138,6 +139,11 @@ loom_tensor *loom_tensor_alloc_raw(int ndim, const int64_t *shape, loom_dtype dt
   return t;
 }
 
+static void release_nothing(void *data, void *ctx) {
+  (void)data;
+  (void)ctx;
+}
+
 loom_tensor *loom_tensor_wrap(void *data, size_t nbytes, loom_device dev, int ndim, const int64_t *shape,
                               loom_dtype dt, loom_storage_release_fn release, void *ctx) {
   if (check_shape("loom_tensor_wrap", ndim, shape) != LOOM_OK) return NULL;
@@ -153,15 +159,15 @@ loom_tensor *loom_tensor_wrap(void *data, size_t nbytes, loom_device dev, int nd
   loom_contiguous_strides(ndim, shape, strides);
   loom_tensor *t = loom_tensor_new_header(st, 0, dt, ndim, shape, strides);
   if (!t) {
-    free(st);
+    loom_sys_free(st);
     return NULL;
   }
-  return loom_tensor_adopt(t);
-}
-
-static void release_nothing(void *data, void *ctx) {
-  (void)data;
-  (void)ctx;
+  /* A failed wrap never calls release (callers give data back themselves):
+   * if the scope cannot take t, it dies without calling it. */
+  st->release = release_nothing;
+  if (!loom_tensor_adopt(t)) return NULL;
+  st->release = release;
+  return t;
 }
 
 loom_tensor *loom_tensor_view_raw(void *data, loom_dtype dt, int ndim, const int64_t *shape, loom_device dev) {
@@ -171,7 +177,7 @@ loom_tensor *loom_tensor_view_raw(void *data, loom_dtype dt, int ndim, const int
   int64_t strides[LOOM_MAX_DIMS];
   loom_contiguous_strides(ndim, shape, strides);
   loom_tensor *t = loom_tensor_new_header(st, 0, dt, ndim, shape, strides);
-  if (!t) free(st);
+  if (!t) loom_sys_free(st);
   return t;
 }
 

@@ -54,7 +54,8 @@ loom_tensor *loom_tensor_view_raw(void *data, loom_dtype dt, int ndim, const int
 loom_tensor *loom_tensor_new_header(loom_storage *st, int64_t offset, loom_dtype dt, int ndim,
                                     const int64_t *shape, const int64_t *strides);
 /* Hand a freshly created tensor (refcount 1) to the ownership rule: the open
- * scope takes it, or the caller keeps it. Returns t. */
+ * scope takes it, or the caller keeps it. Returns t; NULL with an error when
+ * the scope cannot record it (out of memory), having released t. */
 loom_tensor *loom_tensor_adopt(loom_tensor *t);
 /* Allocate uninitialized contiguous storage + header, not yet adopted. */
 loom_tensor *loom_tensor_alloc_raw(int ndim, const int64_t *shape, loom_dtype dt, loom_device dev);

@@ -30,6 +30,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/shape_rules.h"
+#include "core/sys.h"
 
 #define LANES 16
 #define CHUNK 1024      /* values converted at a time (planar runs) */
@@ -288,11 +289,11 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
   const int nt = threads_for(rows * C);
   /* Per thread: lane accumulators (2C) and a conversion buffer in and out. */
   const int64_t per_thread = 2 * C + 2 * RB * C;
-  float *scratch = malloc((size_t)(nt * per_thread + C) * sizeof(float));
-  double *part = training ? calloc((size_t)ntiles * 2 * C, sizeof(double)) : NULL;
+  float *scratch = loom_sys_malloc((size_t)(nt * per_thread + C) * sizeof(float));
+  double *part = training ? loom_sys_calloc((size_t)ntiles * 2 * C, sizeof(double)) : NULL;
   if (!scratch || (training && !part)) {
-    free(scratch);
-    free(part);
+    loom_sys_free(scratch);
+    loom_sys_free(part);
     return loom_set_error(LOOM_ERR_OOM, "batch_norm: out of host memory for %lld channels", (long long)C);
   }
   float *K = scratch + nt * per_thread;
@@ -338,8 +339,8 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
       }
     }
   }
-  free(scratch);
-  free(part);
+  loom_sys_free(scratch);
+  loom_sys_free(part);
   return LOOM_OK;
 }
 
@@ -353,7 +354,7 @@ loom_status loom_cpu_batch_norm(loom_op_args *a) {
   float *pst = loom_tensor_ptr(st);
   f.mean_out = pst;
   f.invstd_out = pst + C;
-  float *vec = malloc((size_t)(4 * C + 1) * sizeof(float));
+  float *vec = loom_sys_malloc((size_t)(4 * C + 1) * sizeof(float));
   if (!vec) return loom_set_error(LOOM_ERR_OOM, "batch_norm: out of host memory for %lld channels", (long long)C);
   float *w = vec, *b = vec + C;
   f.sc = vec + 2 * C;
@@ -383,7 +384,7 @@ loom_status loom_cpu_batch_norm(loom_op_args *a) {
       s = forward_interleaved(&f, training);
     }
   }
-  free(vec);
+  loom_sys_free(vec);
   return s;
 }
 
@@ -449,11 +450,11 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
   const int ntiles = rows < MAX_TILES ? (int)rows : MAX_TILES;
   const int nt = threads_for(rows * C);
   const int64_t per_thread = 2 * C + 3 * RB * C;
-  float *scratch = malloc((size_t)(nt * per_thread) * sizeof(float));
-  double *part = reduce ? calloc((size_t)ntiles * 2 * C, sizeof(double)) : NULL;
+  float *scratch = loom_sys_malloc((size_t)(nt * per_thread) * sizeof(float));
+  double *part = reduce ? loom_sys_calloc((size_t)ntiles * 2 * C, sizeof(double)) : NULL;
   if (!scratch || (reduce && !part)) {
-    free(scratch);
-    free(part);
+    loom_sys_free(scratch);
+    loom_sys_free(part);
     return loom_set_error(LOOM_ERR_OOM, "batch_norm backward: out of host memory for %lld channels", (long long)C);
   }
 #pragma omp parallel num_threads(nt)
@@ -496,8 +497,8 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
       }
     }
   }
-  free(scratch);
-  free(part);
+  loom_sys_free(scratch);
+  loom_sys_free(part);
   return LOOM_OK;
 }
 
@@ -511,7 +512,7 @@ loom_status loom_cpu_batch_norm_backward(loom_op_args *a) {
   const float *pst = loom_tensor_ptr(st);
   b.mean = pst;
   b.invstd = pst + C;
-  float *vec = malloc((size_t)(9 * C + 1) * sizeof(float));
+  float *vec = loom_sys_malloc((size_t)(9 * C + 1) * sizeof(float));
   if (!vec) return loom_set_error(LOOM_ERR_OOM, "batch_norm backward: out of host memory for %lld channels", (long long)C);
   float *w = vec, *bias = vec + C, *sc = vec + 2 * C, *sh = vec + 3 * C;
   b.k = vec + 4 * C;
@@ -539,6 +540,6 @@ loom_status loom_cpu_batch_norm_backward(loom_op_args *a) {
   }
   if (s == LOOM_OK && dw) loom_cpu_store_f32(loom_tensor_ptr(dw), dw->dtype, 1, C, b.dw);
   if (s == LOOM_OK && db) loom_cpu_store_f32(loom_tensor_ptr(db), db->dtype, 1, C, b.db);
-  free(vec);
+  loom_sys_free(vec);
   return s;
 }

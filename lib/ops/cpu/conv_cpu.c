@@ -11,6 +11,7 @@
 #include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "core/sys.h"
 
 /* t's elements as f32 in t's own memory order (t is dense: NCHW or NHWC):
  * borrowed when t already is f32, else a malloc'd copy (*owned). */
@@ -21,7 +22,7 @@ static loom_status dense_f32(const loom_tensor *t, float **out, bool *owned) {
     *out = loom_tensor_ptr(t);
     return LOOM_OK;
   }
-  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  float *p = loom_sys_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
   if (!p)
     return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory widening a %s operand", loom_dtype_name(t->dtype));
   const char *src = loom_tensor_ptr(t);
@@ -39,7 +40,7 @@ static loom_status dense_f32(const loom_tensor *t, float **out, bool *owned) {
 static float *weight_f32(const loom_tensor *w) {
   int64_t O = w->shape[0], C = w->shape[1], KH = w->shape[2], KW = w->shape[3];
   int64_t n = O * C * KH * KW;
-  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  float *p = loom_sys_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
   if (!p) {
     loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the weight");
     return NULL;
@@ -71,7 +72,7 @@ static void store_dense(loom_tensor *t, const float *src, int64_t n) {
 static float *out_f32(loom_tensor *t) {
   if (t->dtype == LOOM_F32) return loom_tensor_ptr(t);
   int64_t n = loom_shape_numel(t->ndim, t->shape);
-  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  float *p = loom_sys_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
   if (!p) loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for a %s result", loom_dtype_name(t->dtype));
   return p;
 }
@@ -79,7 +80,7 @@ static float *out_f32(loom_tensor *t) {
 static void out_done(loom_tensor *t, float *p) {
   if (!p) return;
   store_dense(t, p, loom_shape_numel(t->ndim, t->shape));
-  if (p != loom_tensor_ptr(t)) free(p);
+  if (p != loom_tensor_ptr(t)) loom_sys_free(p);
 }
 
 /* The fastest path that handles g: depthwise kernels, the direct kernels,
@@ -148,7 +149,7 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   loom_status st = dense_f32(x, &xf, &xo);
   if (st == LOOM_OK && !(wf = weight_f32(w))) st = loom_last_status();
   if (st == LOOM_OK && b) {
-    bf = malloc((size_t)g.O * sizeof(float));
+    bf = loom_sys_malloc((size_t)g.O * sizeof(float));
     if (!bf) st = loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the bias");
     else loom_cpu_load_f32(loom_tensor_ptr(b), b->dtype, b->strides[0], g.O, bf);
   }
@@ -157,10 +158,10 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   if (st == LOOM_OK)
     st = run_forward(&g, xf, wf, bf, yf);
   if (st == LOOM_OK) out_done(y, yf);
-  else if (yf != loom_tensor_ptr(y)) free(yf);
-  if (xo) free(xf);
-  free(wf);
-  free(bf);
+  else if (yf != loom_tensor_ptr(y)) loom_sys_free(yf);
+  if (xo) loom_sys_free(xf);
+  loom_sys_free(wf);
+  loom_sys_free(bf);
   return st;
 }
 
@@ -187,7 +188,7 @@ static void relu_mask(float *dz, const float *dy, const loom_tensor *y, int64_t 
 
 static void bias_grad(const loom_conv_geom *g, const float *dz, float *db) {
   const int64_t P = g->OH * g->OW, O = g->O;
-  double *acc = calloc((size_t)O, sizeof(double));
+  double *acc = loom_sys_calloc((size_t)O, sizeof(double));
   if (!acc) {
     /* No memory for the accumulators: sum in f32 directly. */
     for (int64_t o = 0; o < O; o++) db[o] = 0.0f;
@@ -200,7 +201,7 @@ static void bias_grad(const loom_conv_geom *g, const float *dz, float *db) {
   if (g->nhwc) {
     /* Rows of O channels: f32 partial sums per block of rows, then double. */
     const int64_t rows = g->N * P, BLK = 256;
-    float *part = malloc((size_t)O * sizeof(float));
+    float *part = loom_sys_malloc((size_t)O * sizeof(float));
     for (int64_t r0 = 0; r0 < rows; r0 += BLK) {
       int64_t r1 = r0 + BLK < rows ? r0 + BLK : rows;
       if (part) {
@@ -213,7 +214,7 @@ static void bias_grad(const loom_conv_geom *g, const float *dz, float *db) {
           for (int64_t o = 0; o < O; o++) acc[o] += dz[r * O + o];
       }
     }
-    free(part);
+    loom_sys_free(part);
   } else {
 #pragma omp parallel for schedule(static) if (g->N * O * P >= LOOM_CPU_PAR_MIN)
     for (int64_t o = 0; o < O; o++) {
@@ -228,7 +229,7 @@ static void bias_grad(const loom_conv_geom *g, const float *dz, float *db) {
     }
   }
   for (int64_t o = 0; o < O; o++) db[o] = (float)acc[o];
-  free(acc);
+  loom_sys_free(acc);
 }
 
 loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
@@ -256,7 +257,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
   LOOM_TRY(dense_f32(gy, &dz, &dzo));
   if (relu) {
     if (!dzo && !a->i[LOOM_CONV_I_GY_OWNED]) {
-      float *c = malloc((size_t)(ny > 0 ? ny : 1) * sizeof(float));
+      float *c = loom_sys_malloc((size_t)(ny > 0 ? ny : 1) * sizeof(float));
       if (!c) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for dZ");
       relu_mask(c, dz, y, ny);
       dz = c;
@@ -283,7 +284,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     else {
       st = run_backward_data(&g, dz, wf, p);
       if (st == LOOM_OK) out_done(dx, p);
-      else if (p != loom_tensor_ptr(dx)) free(p);
+      else if (p != loom_tensor_ptr(dx)) loom_sys_free(p);
     }
   }
   if (st == LOOM_OK && dw) {
@@ -293,11 +294,11 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     else {
       st = run_backward_filter(&g, xf, dz, p);
       if (st == LOOM_OK) out_done(dw, p);
-      else if (p != loom_tensor_ptr(dw)) free(p);
+      else if (p != loom_tensor_ptr(dw)) loom_sys_free(p);
     }
   }
-  free(wf);
-  if (xo) free(xf);
-  if (dzo) free(dz);
+  loom_sys_free(wf);
+  if (xo) loom_sys_free(xf);
+  if (dzo) loom_sys_free(dz);
   return st;
 }

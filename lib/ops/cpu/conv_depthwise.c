@@ -17,6 +17,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/conv_direct_kern.h"
+#include "core/sys.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -91,7 +92,7 @@ loom_status loom_conv_depthwise_forward(const loom_conv_geom *g, const float *x,
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * C));  /* keeps every thread's buffer 64-byte aligned */
   float *wt = pack_taps(w, C, T, Cp), *bufs = loom_conv_alloc_f(nt * per);
   if (!wt || !bufs) {
-    free(wt), free(bufs);
+    loom_sys_free(wt), loom_sys_free(bufs);
     return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the depthwise buffers");
   }
   int64_t xoff[LOOM_CONV_MAX_TAPS];
@@ -114,8 +115,8 @@ loom_status loom_conv_depthwise_forward(const loom_conv_geom *g, const float *x,
       if (!g->nhwc) loom_conv_store_planes(y + n * C * P, ytmp, P, C, C);
     }
   }
-  free(wt);
-  free(bufs);
+  loom_sys_free(wt);
+  loom_sys_free(bufs);
   return LOOM_OK;
 }
 
@@ -144,7 +145,7 @@ loom_status loom_conv_depthwise_backward_data(const loom_conv_geom *g, const flo
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * C + HW * C));  /* keeps every thread's buffer 64-byte aligned */
   float *wt = pack_taps(w, C, T, Cp), *bufs = loom_conv_alloc_f(nt * per);
   if (!wt || !bufs) {
-    free(wt), free(bufs);
+    loom_sys_free(wt), loom_sys_free(bufs);
     return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the depthwise buffers");
   }
   int64_t xoff[LOOM_CONV_MAX_TAPS];
@@ -169,8 +170,8 @@ loom_status loom_conv_depthwise_backward_data(const loom_conv_geom *g, const flo
       if (!g->nhwc) loom_conv_store_planes(dx + n * C * HW, dxtmp, HW, C, C);
     }
   }
-  free(wt);
-  free(bufs);
+  loom_sys_free(wt);
+  loom_sys_free(bufs);
   return LOOM_OK;
 }
 
@@ -207,7 +208,7 @@ loom_status loom_conv_depthwise_backward_filter(const loom_conv_geom *g, const f
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * C));  /* keeps every thread's buffer 64-byte aligned */
   float *parts = loom_conv_alloc_f(nchunk * WN), *bufs = loom_conv_alloc_f(nt * per);
   if (!parts || !bufs) {
-    free(parts), free(bufs);
+    loom_sys_free(parts), loom_sys_free(bufs);
     return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the depthwise buffers");
   }
   memset(parts, 0, (size_t)(nchunk * WN) * sizeof(float));
@@ -229,12 +230,12 @@ loom_status loom_conv_depthwise_backward_filter(const loom_conv_geom *g, const f
         dw_bwd_filter_image(g, xin, dyimg, Cp, Wp, xoff, parts + ch * WN);
       }
   }
-  free(bufs);
+  loom_sys_free(bufs);
   for (int64_t ch = 1; ch < nchunk; ch++)
     for (int64_t i = 0; i < WN; i++) parts[i] += parts[ch * WN + i];
   for (int64_t c = 0; c < C; c++)
     for (int64_t t = 0; t < T; t++) dw[c * T + t] = nchunk > 0 ? parts[t * Cp + c] : 0.0f;
-  free(parts);
+  loom_sys_free(parts);
   return LOOM_OK;
 }
 

@@ -31,6 +31,7 @@
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/conv_direct_kern.h"
 #include "ops/cpu/cpu_isa.h"
+#include "core/sys.h"
 
 static inline int64_t ru16(int64_t v) { return (v + 15) / 16 * 16; }
 static inline int64_t ru(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -183,7 +184,7 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * g->O));  /* keeps every thread's buffer 64-byte aligned */
   float *wpk = loom_conv_alloc_f(g->G * T * Cg * Ogp), *bufs = loom_conv_alloc_f(nt * per);
   if (!wpk || !bufs) {
-    free(wpk), free(bufs);
+    loom_sys_free(wpk), loom_sys_free(bufs);
     return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the direct convolution's buffers");
   }
   /* Weights [G][T][Cg][Ogp], zero beyond Og. */
@@ -225,8 +226,8 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
       if (!g->nhwc) loom_conv_store_planes(y + n * g->O * P, ytmp, P, g->O, g->O);
     }
   }
-  free(wpk);
-  free(bufs);
+  loom_sys_free(wpk);
+  loom_sys_free(bufs);
   return LOOM_OK;
 }
 
@@ -273,7 +274,7 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
   const int64_t per = ru16(yfl + (g->nhwc ? 0 : g->H * g->W * g->C));  /* keeps every thread's buffer 64-byte aligned */
   float *wpk = loom_conv_alloc_f(g->G * T * Og * Cgp), *bufs = loom_conv_alloc_f(nt * per);
   if (!wpk || !bufs) {
-    free(wpk), free(bufs);
+    loom_sys_free(wpk), loom_sys_free(bufs);
     return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the direct convolution's buffers");
   }
   /* Weights [G][T][Og][Cgp], zero beyond Cg. */
@@ -332,8 +333,8 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
       if (!g->nhwc) loom_conv_store_planes(dx + n * g->C * g->H * g->W, dxtmp, g->H * g->W, g->C, g->C);
     }
   }
-  free(wpk);
-  free(bufs);
+  loom_sys_free(wpk);
+  loom_sys_free(bufs);
   return LOOM_OK;
 }
 
@@ -365,7 +366,7 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
   const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * g->O));  /* keeps every thread's buffer 64-byte aligned */
   float *parts = loom_conv_alloc_f(nchunk * WN), *bufs = loom_conv_alloc_f(nt * per);
   if (!parts || !bufs) {
-    free(parts), free(bufs);
+    loom_sys_free(parts), loom_sys_free(bufs);
     return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the weight-gradient buffers");
   }
   memset(parts, 0, (size_t)(nchunk * WN) * sizeof(float));
@@ -408,7 +409,7 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
       }
     }
   }
-  free(bufs);
+  loom_sys_free(bufs);
   for (int64_t ch = 1; ch < nchunk; ch++)
     for (int64_t i = 0; i < WN; i++) parts[i] += parts[ch * WN + i];
   for (int64_t gi = 0; gi < g->G; gi++)
@@ -416,6 +417,6 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
       for (int64_t c = 0; c < Cg; c++)
         for (int64_t t = 0; t < T; t++)
           dw[((gi * Og + o) * Cg + c) * T + t] = nchunk > 0 ? parts[((gi * T + t) * Cg + c) * Ogp + o] : 0.0f;
-  free(parts);
+  loom_sys_free(parts);
   return LOOM_OK;
 }

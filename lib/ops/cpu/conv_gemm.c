@@ -23,6 +23,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/gemm.h"
+#include "core/sys.h"
 
 static inline int64_t cdiv_floor(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -188,16 +189,16 @@ static loom_status run_images(const loom_conv_geom *g, const float *x, const flo
   const int64_t Kg = g->Cg * g->KH * g->KW;
   float *wr = NULL;
   if (g->nhwc) {
-    wr = malloc((size_t)(g->O * Kg > 0 ? g->O * Kg : 1) * sizeof(float));
+    wr = loom_sys_malloc((size_t)(g->O * Kg > 0 ? g->O * Kg : 1) * sizeof(float));
     if (!wr) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory for the reordered weight", op);
     reorder_w(g, w, wr, false);
     w = wr;
   }
   int nt;
   bool split = split_images(g, &nt);
-  float *cols = malloc((size_t)((split ? nt : 1) * col_floats(g)) * sizeof(float));
+  float *cols = loom_sys_malloc((size_t)((split ? nt : 1) * col_floats(g)) * sizeof(float));
   if (!cols) {
-    free(wr);
+    loom_sys_free(wr);
     if (dy) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the col2im buffer");
     return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for the im2col buffer (%lld floats)",
                           (long long)((split ? nt : 1) * col_floats(g)));
@@ -208,8 +209,8 @@ static loom_status run_images(const loom_conv_geom *g, const float *x, const flo
     if (dy) bwd_data_image(g, dy, w, out, col, n);
     else fwd_image(g, x, w, b, out, col, n);
   }
-  free(cols);
-  free(wr);
+  loom_sys_free(cols);
+  loom_sys_free(wr);
   return LOOM_OK;
 }
 
@@ -248,7 +249,7 @@ loom_status loom_conv_gemm_backward_filter(const loom_conv_geom *g, const float 
   int nt = loom_get_num_threads();
   if (nt < 1) nt = 1;
   if (nt > nchunk) nt = (int)nchunk;
-  float *cols = malloc((size_t)(nt * col_floats(g) + nchunk * WN) * sizeof(float));
+  float *cols = loom_sys_malloc((size_t)(nt * col_floats(g) + nchunk * WN) * sizeof(float));
   if (!cols) return loom_set_error(LOOM_ERR_OOM, "conv2d backward: out of host memory for the im2col buffer");
   float *parts = cols + nt * col_floats(g);
   memset(parts, 0, (size_t)(nchunk * WN) * sizeof(float));
@@ -266,7 +267,7 @@ loom_status loom_conv_gemm_backward_filter(const loom_conv_geom *g, const float 
     for (int64_t i = 0; i < WN; i++) parts[i] += parts[ch * WN + i];
   if (g->nhwc) reorder_w(g, parts, dw, true);
   else memcpy(dw, parts, (size_t)(g->O * Kg) * sizeof(float));
-  free(cols);
+  loom_sys_free(cols);
   return LOOM_OK;
 }
 

@@ -9,12 +9,13 @@
 
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/cpu_isa.h"
+#include "core/sys.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 float *loom_conv_alloc_f(int64_t n) {
   size_t bytes = (size_t)((n + 15) / 16 * 16) * sizeof(float);
-  return aligned_alloc(64, bytes ? bytes : 64);
+  return loom_sys_aligned_alloc(64, bytes ? bytes : 64);
 }
 
 #if defined(__x86_64__)

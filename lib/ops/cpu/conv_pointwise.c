@@ -37,6 +37,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/gemm.h"
+#include "core/sys.h"
 
 bool loom_conv_pointwise_applies(const loom_conv_geom *g) {
   if (loom_conv_cpu_gemm_forced()) return false;
@@ -262,7 +263,7 @@ static loom_status run_row_chunks(const loom_conv_geom *g, const float *x, const
     if (dy) bwd_data_chunk(g, dy, w, out, buf, &k, c);
     else fwd_chunk(g, x, w, b, out, buf, &k, c);
   }
-  free(bufs);
+  loom_sys_free(bufs);
   return LOOM_OK;
 }
 
@@ -330,6 +331,6 @@ loom_status loom_conv_pointwise_backward_filter(const loom_conv_geom *g, const f
     for (int64_t o0 = 0; o0 < g->O; o0 += B)
       for (int64_t o = o0; o < o0 + B && o < g->O; o++)
         for (int64_t c = c0; c < c0 + B && c < g->C; c++) dw[o * g->C + c] = parts[c * g->O + o];
-  free(mem);
+  loom_sys_free(mem);
   return LOOM_OK;
 }

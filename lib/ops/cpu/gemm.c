@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/sys.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -427,7 +428,7 @@ static void gemm_builtin(const gemm_args *g)
   const int64_t a_floats = ceil_div(kc_max * mc_max, 16) * 16;
   const int nbbuf = nt > 1 ? 2 : 1;
   const size_t bytes = (size_t)(nbbuf * b_floats + (int64_t)nt * a_floats) * sizeof(float);
-  float *buf = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
+  float *buf = loom_sys_aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
   if (!buf) {
     gemm_unpacked(g);
     return;
@@ -483,7 +484,7 @@ static void gemm_builtin(const gemm_args *g)
       }
     }
   }
-  free(buf);
+  loom_sys_free(buf);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -16,6 +16,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm.h"
+#include "core/sys.h"
 #include "ops/cpu/linear_bf16.h"
 
 #define ROW_BLOCK 64
@@ -33,11 +34,11 @@ static loom_status as_f32(loom_tensor *t, f32_buf *b) {
     return LOOM_OK;
   }
   int64_t n = loom_shape_numel(t->ndim, t->shape);
-  b->p = malloc((size_t)(n ? n : 1) * sizeof(float));
+  b->p = loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
   b->owned = true;
   if (!b->p) return loom_set_error(LOOM_ERR_OOM, "linear: out of host memory widening an operand");
   loom_tensor *view = loom_tensor_view_raw(b->p, LOOM_F32, t->ndim, t->shape, loom_cpu());
-  if (!view) { free(b->p); b->p = NULL; return loom_last_status(); }
+  if (!view) { loom_sys_free(b->p); b->p = NULL; return loom_last_status(); }
   loom_op_args ca = {.in = {t}, .n_in = 1, .out = {view}, .n_out = 1};
   loom_cpu_copy(&ca);
   loom_tensor_release(view);
@@ -45,19 +46,19 @@ static loom_status as_f32(loom_tensor *t, f32_buf *b) {
 }
 
 static void f32_free(f32_buf *b) {
-  if (b->owned) free(b->p);
+  if (b->owned) loom_sys_free(b->p);
 }
 
 /* Out buffer: the output itself when f32, else scratch rounded at the end. */
 static float *out_f32(loom_tensor *o, int64_t n) {
   if (o->dtype == LOOM_F32) return loom_tensor_ptr(o);
-  return malloc((size_t)(n ? n : 1) * sizeof(float));
+  return loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
 }
 
 static void out_done(loom_tensor *o, float *p, int64_t n) {
   if (p == loom_tensor_ptr(o)) return;
   loom_cpu_store_f32(loom_tensor_ptr(o), o->dtype, 1, n, p);
-  free(p);
+  loom_sys_free(p);
 }
 
 loom_status loom_cpu_linear(loom_op_args *a) {
@@ -124,7 +125,7 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
     LOOM_TRY(as_f32(gy, &t));
     if (!t.owned) {
       /* gy is f32 but must not be modified: copy once. */
-      dz = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
+      dz = loom_sys_malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
       if (!dz) return loom_set_error(LOOM_ERR_OOM, "linear backward: out of host memory");
       memcpy(dz, t.p, (size_t)(M * N) * sizeof(float));
     } else {
@@ -186,6 +187,6 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
   }
 out:
   if (fy.p) f32_free(&fy);
-  if (dz_owned) free(dz);
+  if (dz_owned) loom_sys_free(dz);
   return st;
 }

@@ -6,6 +6,7 @@
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "core/sys.h"
 
 #define MAX_STACK_ROW 4096
 
@@ -44,12 +45,12 @@ static float row_max_logsum(const float *r, int64_t C, float *logsum) {
     _Pragma("omp parallel num_threads(nt_)")                                             \
     {                                                                                    \
       float stackbuf[MAX_STACK_ROW];                                                     \
-      float *rowbuf = (C) <= MAX_STACK_ROW ? stackbuf : malloc((size_t)(C) * sizeof(float)); \
+      float *rowbuf = (C) <= MAX_STACK_ROW ? stackbuf : loom_sys_malloc((size_t)(C) * sizeof(float)); \
       if (!rowbuf) st_ = LOOM_ERR_OOM;                                                   \
       else {                                                                             \
         _Pragma("omp for schedule(static)")                                              \
         for (int64_t i = 0; i < (ROWS); i++) { BODY }                                    \
-        if (rowbuf != stackbuf) free(rowbuf);                                            \
+        if (rowbuf != stackbuf) loom_sys_free(rowbuf);                                            \
       }                                                                                  \
     }                                                                                    \
     if (st_ != LOOM_OK) return loom_set_error(st_, "%s: out of host memory for a row of %lld", T, (long long)(C)); \
@@ -116,7 +117,7 @@ loom_status loom_cpu_cross_entropy(loom_op_args *a) {
 #pragma omp parallel if (N * C >= LOOM_CPU_PAR_MIN) reduction(+ : total)
   {
     float stackbuf[MAX_STACK_ROW];
-    float *rowbuf = C <= MAX_STACK_ROW ? stackbuf : malloc((size_t)C * sizeof(float));
+    float *rowbuf = C <= MAX_STACK_ROW ? stackbuf : loom_sys_malloc((size_t)C * sizeof(float));
     if (!rowbuf) st_ = LOOM_ERR_OOM;
     else {
 #pragma omp for schedule(static)
@@ -126,7 +127,7 @@ loom_status loom_cpu_cross_entropy(loom_op_args *a) {
         float m = row_max_logsum(rowbuf, C, &ls);
         total += (double)(m - rowbuf[label_at(labels, i)]) + (double)ls;
       }
-      if (rowbuf != stackbuf) free(rowbuf);
+      if (rowbuf != stackbuf) loom_sys_free(rowbuf);
     }
   }
   if (st_ != LOOM_OK) return loom_set_error(st_, "cross_entropy: out of host memory");

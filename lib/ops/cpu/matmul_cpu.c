@@ -10,6 +10,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm.h"
+#include "core/sys.h"
 
 /* Describe operand t's last two dims for GEMM. If they are neither row- nor
  * column-contiguous, *tmp receives a contiguous f32 copy. */
@@ -61,7 +62,7 @@ loom_status loom_cpu_matmul(loom_op_args *a) {
   LOOM_TRY(prepare(x, &gx));
   loom_status st = prepare(y, &gy);
   if (st != LOOM_OK) { loom_tensor_release(gx.tmp); return st; }
-  float *obuf = o->dtype == LOOM_F32 ? (float *)loom_tensor_ptr(o) : malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
+  float *obuf = o->dtype == LOOM_F32 ? (float *)loom_tensor_ptr(o) : loom_sys_malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
   if (!obuf) {
     loom_tensor_release(gx.tmp);
     loom_tensor_release(gy.tmp);
@@ -76,7 +77,7 @@ loom_status loom_cpu_matmul(loom_op_args *a) {
       loom_cpu_store_f32((char *)loom_tensor_ptr(o) + (size_t)(b * M * N) * loom_dtype_size(o->dtype), o->dtype, 1,
                          M * N, pc);
   }
-  if (obuf != loom_tensor_ptr(o)) free(obuf);
+  if (obuf != loom_tensor_ptr(o)) loom_sys_free(obuf);
   loom_tensor_release(gx.tmp);
   loom_tensor_release(gy.tmp);
   return LOOM_OK;

@@ -21,6 +21,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/shape_rules.h"
+#include "core/sys.h"
 
 typedef struct pool_p {
   int64_t N, C, H, W, OH, OW;
@@ -38,7 +39,7 @@ static loom_status params(const char *op, const loom_op_args *a, const loom_tens
               a->i[0],     a->i[1],     a->i[2],     a->i[3],     a->i[4],     a->i[5],
               (int)a->i[8], (int)a->i[7], format == LOOM_FORMAT_NHWC, NULL, NULL, NULL, NULL, NULL, NULL};
   *p = q;
-  int64_t *t = malloc((size_t)(3 * (q.OH + q.OW) + 1) * sizeof(int64_t));
+  int64_t *t = loom_sys_malloc((size_t)(3 * (q.OH + q.OW) + 1) * sizeof(int64_t));
   if (!t) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", op);
   p->hlo = t, p->hhi = t + q.OH, p->hspan = t + 2 * q.OH;
   p->wlo = t + 3 * q.OH, p->whi = p->wlo + q.OW, p->wspan = p->wlo + 2 * q.OW;
@@ -49,7 +50,7 @@ static loom_status params(const char *op, const loom_op_args *a, const loom_tens
   return LOOM_OK;
 }
 
-static void params_free(pool_p *p) { free(p->hlo); }
+static void params_free(pool_p *p) { loom_sys_free(p->hlo); }
 
 static inline void window(const pool_p *p, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0, int64_t *w1,
                           float *div) {
@@ -65,7 +66,7 @@ static int threads_for(int64_t work) { return work >= LOOM_CPU_PAR_MIN ? omp_get
 static loom_status scratch(const char *op, int nt, int64_t each, float **out) {
   *out = NULL;
   if (each == 0) return LOOM_OK;
-  *out = malloc((size_t)nt * (size_t)each * sizeof(float));
+  *out = loom_sys_malloc((size_t)nt * (size_t)each * sizeof(float));
   if (!*out) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory (%lld floats per thread)", op, (long long)each);
   return LOOM_OK;
 }
@@ -195,7 +196,7 @@ static loom_status max_fwd(const pool_p *p, const void *x, loom_dtype dt, void *
       }
     }
   }
-  free(buf);
+  loom_sys_free(buf);
   return LOOM_OK;
 }
 
@@ -225,7 +226,7 @@ static loom_status max_bwd(const pool_p *p, const void *gy, const int32_t *idx, 
       loom_cpu_out_commit(dx, dt, u * unit, unit, d);
     }
   }
-  free(buf);
+  loom_sys_free(buf);
   return LOOM_OK;
 }
 
@@ -321,7 +322,7 @@ static loom_status avg_fwd(const pool_p *p, const void *x, loom_dtype dt, void *
       }
     }
   }
-  free(buf);
+  loom_sys_free(buf);
   return LOOM_OK;
 }
 
@@ -375,7 +376,7 @@ static loom_status avg_bwd(const pool_p *p, const void *gy, loom_dtype dt, void 
       loom_cpu_out_commit(dx, dt, u * unit, unit, d);
     }
   }
-  free(buf);
+  loom_sys_free(buf);
   return LOOM_OK;
 }
 

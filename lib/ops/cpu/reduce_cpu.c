@@ -12,6 +12,7 @@
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "core/sys.h"
 
 enum { RED_SUM, RED_MAX };
 
@@ -93,7 +94,7 @@ static loom_status reduce(loom_op_args *a, int kind) {
   unsigned mask = (unsigned)a->i[0];
   int64_t onum = loom_shape_numel(o->ndim, o->shape);
   int64_t xnum = loom_shape_numel(x->ndim, x->shape);
-  float *obuf = o->dtype == LOOM_F32 ? (float *)loom_tensor_ptr(o) : malloc((size_t)(onum ? onum : 1) * sizeof(float));
+  float *obuf = o->dtype == LOOM_F32 ? (float *)loom_tensor_ptr(o) : loom_sys_malloc((size_t)(onum ? onum : 1) * sizeof(float));
   if (!obuf) return loom_set_error(LOOM_ERR_OOM, "reduce: out of host memory");
   if (xnum == 0) {
     for (int64_t r = 0; r < onum; r++) obuf[r] = kind == RED_SUM ? 0.0f : -INFINITY;
@@ -107,7 +108,7 @@ static loom_status reduce(loom_op_args *a, int kind) {
       int64_t rows, len;
       loom_tensor *tmp = gather_reduced_last(x, mask, &rows, &len);
       if (!tmp) {
-        if (obuf != loom_tensor_ptr(o)) free(obuf);
+        if (obuf != loom_tensor_ptr(o)) loom_sys_free(obuf);
         return loom_last_status();
       }
       reduce_rows(kind, loom_tensor_ptr(tmp), rows, len, obuf);
@@ -116,7 +117,7 @@ static loom_status reduce(loom_op_args *a, int kind) {
   }
   if (obuf != loom_tensor_ptr(o)) {
     loom_cpu_store_f32(loom_tensor_ptr(o), o->dtype, 1, onum, obuf);
-    free(obuf);
+    loom_sys_free(obuf);
   }
   return LOOM_OK;
 }

@@ -56,6 +56,7 @@
 
 #include "loom/ops.h"
 #include "ops/conv.h"
+#include "core/sys.h"
 
 static bool g_force_gemm = false;
 void loom_cuda_conv_force_gemm(bool on) { __atomic_store_n(&g_force_gemm, on, __ATOMIC_RELAXED); }
@@ -424,7 +425,7 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
       *out = p;
       return LOOM_OK;
     }
-  conv_plan *p = calloc(1, sizeof *p);
+  conv_plan *p = loom_sys_calloc(1, sizeof *p);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "conv2d: out of host memory for a cuDNN plan");
   p->key = *k;
   cudnnBackendDescriptor_t graph = NULL;
@@ -433,7 +434,7 @@ static loom_status plan_for(cudnnHandle_t h, const plan_key *k, conv_plan **out)
   if (st == LOOM_OK && !p->plan) st = try_mode(p, h, graph, CUDNN_HEUR_MODE_FALLBACK);
   if (st != LOOM_OK) {
     for (int i = 0; i < p->nkeep; i++) cudnnBackendDestroyDescriptor(p->keep[i]);
-    free(p);
+    loom_sys_free(p);
     return st;
   }
   if (!p->plan) {

@@ -9,6 +9,7 @@
 #include "loom/graph.h"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/cuda/dev_table.h"
+#include "core/sys.h"
 
 struct loom_dev_table {
   loom_device dev;
@@ -21,7 +22,7 @@ struct loom_dev_table {
 loom_status loom_dev_table_sync(loom_dev_table **tp, loom_device dev, const void *host, size_t bytes, void **dptr) {
   loom_dev_table *t = *tp;
   if (!t) {
-    t = calloc(1, sizeof *t);
+    t = loom_sys_calloc(1, sizeof *t);
     if (!t) return loom_set_error(LOOM_ERR_OOM, "kernel argument table: out of host memory");
     t->dev = dev;
     *tp = t;
@@ -33,7 +34,7 @@ loom_status loom_dev_table_sync(loom_dev_table **tp, loom_device dev, const void
     return LOOM_OK;
   }
   if (bytes > t->cap) {
-    void *h = realloc(t->host, bytes);
+    void *h = loom_sys_realloc(t->host, bytes);
     if (!h) return loom_set_error(LOOM_ERR_OOM, "kernel argument table: out of host memory for %zu bytes", bytes);
     t->host = h;
     t->cap = bytes;
@@ -70,7 +71,7 @@ int64_t loom_dev_table_uploads(const loom_dev_table *t) { return t ? t->uploads 
 void loom_dev_table_free(loom_dev_table *t) {
   if (!t) return;
   loom_alloc_free(t->dev, t->dptr);
-  free(t->host);
-  free(t);
+  loom_sys_free(t->host);
+  loom_sys_free(t);
 }
 #endif

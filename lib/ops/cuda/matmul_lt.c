@@ -36,6 +36,7 @@
 #include "loom/log.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "core/sys.h"
 
 typedef struct plan_key {
   int64_t dev, dt, ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch, epilogue, aux_ld, tf32, refuse;
@@ -95,7 +96,7 @@ static void plan_destroy(plan *p) {
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
   if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
   pthread_mutex_destroy(&p->lock);
-  free(p);
+  loom_sys_free(p);
 }
 
 /* loom_shutdown: every cached plan (descriptors and layouts) is destroyed;
@@ -158,7 +159,7 @@ static loom_status set_pointers(plan *p, const loom_lt_gemm *g) {
 
 static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const plan_key *key, plan **out) {
   *out = NULL;
-  plan *p = calloc(1, sizeof *p);
+  plan *p = loom_sys_calloc(1, sizeof *p);
   if (!p) return loom_set_error(LOOM_ERR_OOM, "matmul: out of host memory for a cuBLASLt plan");
   p->key = *key;
   pthread_mutex_init(&p->lock, NULL);

@@ -23,6 +23,7 @@
 #include "ops/cuda/dev_table.h"
 #include "optim/cuda/optim_launch.h"
 #include "optim/optim_kernels.h"
+#include "core/sys.h"
 
 #define BC_TABLE_MAX ((int64_t)1 << 20)
 
@@ -43,8 +44,8 @@ void loom_cuda_opt_free(loom_opt_cuda *s) {
   loom_alloc_free(s->dev, s->counts);
   loom_alloc_free(s->dev, s->bc);
   loom_dev_table_free(s->table);
-  free(s->host_tab);
-  free(s);
+  loom_sys_free(s->host_tab);
+  loom_sys_free(s);
 }
 
 int64_t loom_cuda_opt_table_uploads(const loom_opt_cuda *s) { return s ? loom_dev_table_uploads(s->table) : 0; }
@@ -57,7 +58,7 @@ static loom_status upload(loom_cuda_ctx *c, void *dst, const void *src, size_t n
 }
 
 static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool adamw, loom_opt_cuda **out) {
-  loom_opt_cuda *s = calloc(1, sizeof *s);
+  loom_opt_cuda *s = loom_sys_calloc(1, sizeof *s);
   if (!s) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
   s->dev = c->dev;
   s->n_params = a->n_params;
@@ -66,7 +67,7 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
   loom_stream *ls = loom_stream_current(c->dev);
   loom_status st = ls ? LOOM_OK : loom_last_status();
   size_t cbytes = (size_t)(a->n_params + 2) * sizeof(int64_t);
-  int64_t *hc = malloc(cbytes);
+  int64_t *hc = loom_sys_malloc(cbytes);
   float *hb = NULL;
   if (!hc) st = loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
   if (st == LOOM_OK) {
@@ -83,7 +84,7 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
                                   (float)(1.0 - pow(a->beta2, (double)len)) != 1.0f))
       len++;
     s->bc_len = len;
-    hb = malloc((size_t)(2 * len) * sizeof *hb);
+    hb = loom_sys_malloc((size_t)(2 * len) * sizeof *hb);
     if (!hb) st = loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
     for (int64_t t = 1; st == LOOM_OK && t <= len; t++) {
       /* Exactly adamw.c's CPU update expression (adamw_cpu). */
@@ -93,8 +94,8 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
     if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, (size_t)(2 * len) * sizeof *hb, ls, (void **)&s->bc);
     if (st == LOOM_OK) st = upload(c, s->bc, hb, (size_t)(2 * len) * sizeof *hb, "cudaMemcpyAsync(bias corrections)");
   }
-  free(hc);
-  free(hb);
+  loom_sys_free(hc);
+  loom_sys_free(hb);
   if (st != LOOM_OK) {
     loom_cuda_opt_free(s);
     return st;
@@ -108,7 +109,7 @@ loom_status loom_cuda_opt_counts(loom_opt_cuda *s, int64_t *counts, int64_t *ste
   loom_cuda_ctx *c = loom_cuda_ctx_get(s->dev);
   if (!c) return loom_last_status();
   size_t n = (size_t)(s->n_params + 1);
-  int64_t *h = malloc(n * sizeof *h);
+  int64_t *h = loom_sys_malloc(n * sizeof *h);
   if (!h) return loom_set_error(LOOM_ERR_OOM, "optimizer: out of host memory");
   loom_sync_count(LOOM_SYNC_D2H);
   cudaError_t e = cudaMemcpyAsync(h, s->counts, n * sizeof *h, cudaMemcpyDeviceToHost, c->stream);
@@ -117,12 +118,12 @@ loom_status loom_cuda_opt_counts(loom_opt_cuda *s, int64_t *counts, int64_t *ste
     e = cudaStreamSynchronize(c->stream);
   }
   if (e != cudaSuccess) {
-    free(h);
+    loom_sys_free(h);
     return loom_cuda_error(e, "reading the optimizer's step counts", __FILE__, __LINE__);
   }
   if (counts) memcpy(counts, h, (size_t)s->n_params * sizeof *h);
   if (steps) *steps = h[s->n_params];
-  free(h);
+  loom_sys_free(h);
   return LOOM_OK;
 }
 
@@ -148,7 +149,7 @@ static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_c
                     "cudaMemcpyAsync(schedule position)"));
   }
   if (g->n > s->host_cap) {
-    loom_cu_opt_tensor *nt = realloc(s->host_tab, (size_t)g->n * sizeof *nt);
+    loom_cu_opt_tensor *nt = loom_sys_realloc(s->host_tab, (size_t)g->n * sizeof *nt);
     if (!nt) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
     s->host_tab = nt;
     s->host_cap = g->n;
