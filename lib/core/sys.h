@@ -121,6 +121,12 @@ static inline int loom_sys_fflush(FILE *f) {
   if (loom_fault_fail(LOOM_FAULT_FILE)) return errno = ENOSPC, EOF;
   return fflush(f);
 }
+/* getline allocates the line buffer: an injected fault is ENOMEM with -1,
+ * which callers tell from end-of-file by errno (they clear it first). */
+static inline ssize_t loom_sys_getline(char **line, size_t *cap, FILE *f) {
+  if (loom_fault_fail(LOOM_FAULT_HOST)) return errno = ENOMEM, (ssize_t)-1;
+  return getline(line, cap, f);
+}
 /* The stream is closed either way, as fclose(3) does on error. */
 static inline int loom_sys_fclose(FILE *f) {
   int r = fclose(f);

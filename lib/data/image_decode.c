@@ -21,6 +21,7 @@
 
 #include "data/image_decode.h"
 #include "core/error.h"
+#include "core/sys.h"
 
 #ifdef LOOM_HAVE_JPEG
 #include <jpeglib.h>
@@ -99,8 +100,8 @@ static loom_status jpeg_decode(const unsigned char *buf, size_t len, const char 
   unsigned char *volatile cmyk_row = NULL;
   if (setjmp(err.jb)) {
     jpeg_destroy_decompress(&ci);
-    free(px);
-    free(cmyk_row);
+    loom_sys_free(px);
+    loom_sys_free(cmyk_row);
     return loom_set_error(LOOM_ERR_FORMAT, "'%s': corrupt JPEG (libjpeg: %s)", path, err.msg);
   }
   jpeg_create_decompress(&ci);
@@ -138,8 +139,8 @@ static loom_status jpeg_decode(const unsigned char *buf, size_t len, const char 
   JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
   if (cw < ci.output_width) jpeg_crop_scanline(&ci, &xoff, &cw);  /* widens to the iMCU grid */
   int w = (int)ci.output_width, rows = p.y1 - p.y0, stride = 3 * w;
-  px = malloc((size_t)stride * (size_t)rows);
-  if (cmyk) cmyk_row = malloc((size_t)4 * (size_t)w);
+  px = loom_sys_malloc((size_t)stride * (size_t)rows);
+  if (cmyk) cmyk_row = loom_sys_malloc((size_t)4 * (size_t)w);
   if (!px || (cmyk && !cmyk_row)) {
     snprintf(err.msg, sizeof err.msg, "out of host memory for %dx%d pixels", w, rows);
     longjmp(err.jb, 1);
@@ -171,7 +172,7 @@ static loom_status jpeg_decode(const unsigned char *buf, size_t len, const char 
   else jpeg_abort_decompress(&ci);
   if (err.truncated) longjmp(err.jb, 1);
   jpeg_destroy_decompress(&ci);
-  free(cmyk_row);
+  loom_sys_free(cmyk_row);
   *out = (loom_img){px, w, rows, (int)xoff, p.y0, fw, fh, stride};
   return LOOM_OK;
 }
@@ -213,8 +214,8 @@ static loom_status png_decode(const unsigned char *buf, size_t len, const char *
   png_bytep *volatile rows = NULL;
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_read_struct(&png, &info, NULL);
-    free(px);
-    free(rows);
+    loom_sys_free(px);
+    loom_sys_free(rows);
     return loom_set_error(LOOM_ERR_FORMAT, "'%s': corrupt PNG (libpng: %s)", path, s.msg);
   }
   png_set_read_fn(png, &s, png_read_cb);
@@ -233,13 +234,13 @@ static loom_status png_decode(const unsigned char *buf, size_t len, const char *
   loom_img_plan p = {1, 0, 0, (int)w, (int)h};
   plan(ctx, (int)w, (int)h, &p);
   size_t stride = (size_t)w * 3;
-  px = malloc(stride * h);
-  rows = malloc(sizeof(png_bytep) * h);
+  px = loom_sys_malloc(stride * h);
+  rows = loom_sys_malloc(sizeof(png_bytep) * h);
   if (!px || !rows) png_error(png, "out of host memory");
   for (png_uint_32 y = 0; y < h; y++) rows[y] = px + (size_t)y * stride;
   png_read_image(png, rows);
   png_destroy_read_struct(&png, &info, NULL);
-  free(rows);
+  loom_sys_free(rows);
   *out = (loom_img){px, (int)w, (int)h, 0, 0, (int)w, (int)h, (int)stride};
   return LOOM_OK;
 }

@@ -18,6 +18,7 @@
 #include "data/image_decode.h"
 #include "data/image_folder_internal.h"
 #include "loom/log.h"
+#include "core/sys.h"
 
 #define IMGF_MAX_FILE_BYTES ((int64_t)1 << 28)  /* 256 MiB: no photo is near it */
 #define IMGF_MAX_SUBSTITUTES 64                 /* skip_bad: good samples looked for after a bad one */
@@ -48,25 +49,25 @@ bool loom_image_folder_supports(const char *format) {
 static loom_status read_whole(const char *path, unsigned char **out, size_t *len) {
   *out = NULL;
   *len = 0;
-  FILE *fp = fopen(path, "rb");
+  FILE *fp = loom_sys_fopen(path, "rb");
   if (!fp) return loom_set_error(LOOM_ERR_IO, "image folder: cannot open '%s': %s", path, strerror(errno));
   struct stat sb;
   if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > IMGF_MAX_FILE_BYTES) {
-    fclose(fp);
+    loom_sys_fclose(fp);
     return loom_set_error(LOOM_ERR_IO, "image folder: '%s' is not a regular file of at most %lld bytes", path,
                           (long long)IMGF_MAX_FILE_BYTES);
   }
   size_t n = (size_t)sb.st_size;
-  unsigned char *buf = malloc(n ? n : 1);
+  unsigned char *buf = loom_sys_malloc(n ? n : 1);
   if (!buf) {
-    fclose(fp);
+    loom_sys_fclose(fp);
     return loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory reading '%s'", path);
   }
-  size_t got = fread(buf, 1, n, fp);
+  size_t got = loom_sys_fread(buf, 1, n, fp);
   bool err = ferror(fp);
-  fclose(fp);
+  loom_sys_fclose(fp);
   if (err || got != n) {
-    free(buf);
+    loom_sys_free(buf);
     return loom_set_error(LOOM_ERR_IO, "image folder: read error on '%s' (%zu of %zu bytes)", path, got, n);
   }
   *out = buf;
@@ -131,7 +132,7 @@ static loom_status read_image(imgf *f, int64_t i, uint64_t key, unsigned char *x
   plan_ctx pc = {.f = f, .key = key, .jpeg = loom_img_sniff(buf, len) == LOOM_IMG_JPEG};
   loom_img img;
   loom_status st = loom_img_decode(buf, len, path, plan_cb, &pc, &img);
-  free(buf);
+  loom_sys_free(buf);
   if (st == LOOM_OK && pc.st != LOOM_OK) st = pc.st;
   if (st == LOOM_OK) {
     /* The decoder must have produced every pixel the resampler reads. */
@@ -141,12 +142,12 @@ static loom_status read_image(imgf *f, int64_t i, uint64_t key, unsigned char *x
                           pc.ay.lo, pc.ay.hi);
   }
   if (st == LOOM_OK) {
-    unsigned char *tmp = aligned_alloc(64, (loom_img_resample_tmp_bytes(&pc.ax, &pc.ay) + 63) & ~(size_t)63);
+    unsigned char *tmp = loom_sys_aligned_alloc(64, (loom_img_resample_tmp_bytes(&pc.ax, &pc.ay) + 63) & ~(size_t)63);
     if (!tmp) st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
     else loom_img_resample(img.px, img.stride, img.ox, img.oy, &pc.ax, &pc.ay, pc.flip, tmp, x);
-    free(tmp);
+    loom_sys_free(tmp);
   }
-  free(img.px);
+  loom_sys_free(img.px);
   loom_img_axis_free(&pc.ax);
   loom_img_axis_free(&pc.ay);
   return st;
@@ -157,7 +158,7 @@ static void note_bad(imgf *f, int64_t i) {
   if (was) return;
   atomic_fetch_add(&f->nbad, 1);
   pthread_mutex_lock(&f->msg_mu);
-  if (!f->first_bad) f->first_bad = strdup(loom_last_error());
+  if (!f->first_bad) f->first_bad = loom_sys_strdup(loom_last_error());
   pthread_mutex_unlock(&f->msg_mu);
 }
 
@@ -196,17 +197,17 @@ static void imgf_epoch_end(loom_dataset *ds, int64_t epoch) {
 
 static void imgf_free(imgf *f) {
   if (!f) return;
-  for (int64_t i = 0; i < f->n; i++) free(f->paths[i]);
-  free(f->paths);
-  free(f->labels);
+  for (int64_t i = 0; i < f->n; i++) loom_sys_free(f->paths[i]);
+  loom_sys_free(f->paths);
+  loom_sys_free(f->labels);
   if (f->classes)
-    for (int64_t c = 0; c < f->nclasses; c++) free(f->classes[c]);
-  free(f->classes);
-  free(f->bad);
-  free(f->first_bad);
-  free(f->root);
+    for (int64_t c = 0; c < f->nclasses; c++) loom_sys_free(f->classes[c]);
+  loom_sys_free(f->classes);
+  loom_sys_free(f->bad);
+  loom_sys_free(f->first_bad);
+  loom_sys_free(f->root);
   pthread_mutex_destroy(&f->msg_mu);
-  free(f);
+  loom_sys_free(f);
 }
 
 static void imgf_destroy(loom_dataset *ds) { imgf_free(ds->impl); }
@@ -248,7 +249,7 @@ loom_dataset *loom_dataset_image_folder_open(const char *root, const loom_image_
                    "support (install libjpeg62-turbo-dev and libpng-dev, then reconfigure with -DLOOM_IMAGE=AUTO)");
     return NULL;
   }
-  imgf *f = calloc(1, sizeof *f);
+  imgf *f = loom_sys_calloc(1, sizeof *f);
   if (!f) {
     loom_set_error(LOOM_ERR_OOM, "loom_dataset_image_folder_open: out of host memory");
     return NULL;
@@ -259,7 +260,7 @@ loom_dataset *loom_dataset_image_folder_open(const char *root, const loom_image_
   f->rrc = (loom_rrc_params){o.scale_min, o.scale_max, o.ratio_min, o.ratio_max};
   size_t rl = strlen(root);
   while (rl > 1 && root[rl - 1] == '/') rl--;
-  f->root = strndup(root, rl);
+  f->root = loom_sys_strndup(root, rl);
   strvec paths = {0};
   loom_status st = f->root ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
   if (st == LOOM_OK) {
@@ -270,7 +271,7 @@ loom_dataset *loom_dataset_image_folder_open(const char *root, const loom_image_
   f->paths = paths.v;
   f->n = (int64_t)paths.n;
   if (st == LOOM_OK) {
-    f->bad = calloc((size_t)f->n, sizeof *f->bad);
+    f->bad = loom_sys_calloc((size_t)f->n, sizeof *f->bad);
     if (!f->bad) st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
   }
   if (st != LOOM_OK) {

@@ -12,13 +12,14 @@
 #include <sys/stat.h>
 
 #include "data/image_folder_internal.h"
+#include "core/sys.h"
 static loom_status sv_push(strvec *s, char *str) {
   if (!str) return loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
   if (s->n == s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 64;
-    char **v = realloc(s->v, cap * sizeof *v);
+    char **v = loom_sys_realloc(s->v, cap * sizeof *v);
     if (!v) {
-      free(str);
+      loom_sys_free(str);
       return loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
     }
     s->v = v;
@@ -29,8 +30,8 @@ static loom_status sv_push(strvec *s, char *str) {
 }
 
 void loom_imgf_strvec_free(strvec *s) {
-  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
-  free(s->v);
+  for (size_t i = 0; i < s->n; i++) loom_sys_free(s->v[i]);
+  loom_sys_free(s->v);
   memset(s, 0, sizeof *s);
 }
 
@@ -38,7 +39,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 static char *join(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
-  char *s = malloc(la + lb + 2);
+  char *s = loom_sys_malloc(la + lb + 2);
   if (!s) return NULL;
   memcpy(s, a, la);
   s[la] = '/';
@@ -66,14 +67,14 @@ static loom_status list_dir(const char *dir, strvec *dirs, strvec *files) {
     if (!full) { st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory"); break; }
     struct stat sb;
     if (stat(full, &sb) != 0 || strlen(full) >= PATH_MAX) {  /* a dangling link, or a link loop's ever longer path */
-      free(full);
+      loom_sys_free(full);
       continue;
     }
     if (S_ISDIR(sb.st_mode) && dirs) st = sv_push(dirs, full);
     else if (S_ISREG(sb.st_mode) && files && is_image_name(e->d_name)) {
-      free(full);
-      st = sv_push(files, strdup(e->d_name));
-    } else free(full);
+      loom_sys_free(full);
+      st = sv_push(files, loom_sys_strdup(e->d_name));
+    } else loom_sys_free(full);
   }
   closedir(d);
   return st;
@@ -83,7 +84,7 @@ static loom_status list_dir(const char *dir, strvec *dirs, strvec *files) {
  * sorted(os.walk(cdir)) — directories by full path — then sorted names. */
 static loom_status scan_class(const char *cdir, int32_t label, strvec *paths, int32_t **labels, size_t *lcap) {
   strvec dirs = {0};
-  loom_status st = sv_push(&dirs, strdup(cdir));
+  loom_status st = sv_push(&dirs, loom_sys_strdup(cdir));
   for (size_t i = 0; st == LOOM_OK && i < dirs.n; i++) st = list_dir(dirs.v[i], &dirs, NULL);
   if (st == LOOM_OK) qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
   for (size_t i = 0; st == LOOM_OK && i < dirs.n; i++) {
@@ -94,7 +95,7 @@ static loom_status scan_class(const char *cdir, int32_t label, strvec *paths, in
       st = sv_push(paths, join(dirs.v[i], files.v[k]));
       if (st == LOOM_OK && paths->n > *lcap) {
         size_t cap = paths->cap;
-        int32_t *nl = realloc(*labels, cap * sizeof *nl);
+        int32_t *nl = loom_sys_realloc(*labels, cap * sizeof *nl);
         if (!nl) st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
         else *labels = nl, *lcap = cap;
       }
@@ -119,9 +120,9 @@ loom_status loom_imgf_scan_root(imgf *f, strvec *paths) {
     char *full = join(f->root, e->d_name);
     struct stat sb;
     bool is_dir = full && stat(full, &sb) == 0 && S_ISDIR(sb.st_mode);
-    free(full);
+    loom_sys_free(full);
     if (!full) st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
-    else if (is_dir) st = sv_push(&classes, strdup(e->d_name));
+    else if (is_dir) st = sv_push(&classes, loom_sys_strdup(e->d_name));
   }
   closedir(d);
   if (st == LOOM_OK && classes.n == 0)
@@ -136,7 +137,7 @@ loom_status loom_imgf_scan_root(imgf *f, strvec *paths) {
     char *cdir = join(f->root, classes.v[c]);
     st = cdir ? scan_class(cdir, (int32_t)c, paths, &f->labels, &lcap)
               : loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
-    free(cdir);
+    loom_sys_free(cdir);
     if (st == LOOM_OK && paths->n == before)
       st = loom_set_error(LOOM_ERR_FORMAT,
                           "image folder: class folder '%s/%s' holds no image (.jpg, .jpeg or .png); remove it or add "
@@ -154,7 +155,7 @@ loom_status loom_imgf_scan_root(imgf *f, strvec *paths) {
 
 loom_status loom_imgf_read_list(imgf *f, strvec *paths) {
   const char *list = f->o.file_list;
-  FILE *fp = fopen(list, "r");
+  FILE *fp = loom_sys_fopen(list, "r");
   if (!fp) return loom_set_error(LOOM_ERR_IO, "image folder: cannot open file list '%s': %s", list, strerror(errno));
   loom_status st = LOOM_OK;
   size_t lcap = 0;
@@ -163,7 +164,7 @@ loom_status loom_imgf_read_list(imgf *f, strvec *paths) {
   size_t cap = 0;
   long long lineno = 0;
   ssize_t len;
-  while (st == LOOM_OK && (len = getline(&line, &cap, fp)) >= 0) {
+  while (st == LOOM_OK && (errno = 0, len = loom_sys_getline(&line, &cap, fp)) >= 0) {
     lineno++;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
       line[--len] = 0;
@@ -182,10 +183,10 @@ loom_status loom_imgf_read_list(imgf *f, strvec *paths) {
     }
     while (sp > s && (sp[-1] == ' ' || sp[-1] == '\t')) sp--;
     *sp = 0;
-    char *path = s[0] == '/' ? strdup(s) : join(f->root, s);
+    char *path = s[0] == '/' ? loom_sys_strdup(s) : join(f->root, s);
     st = sv_push(paths, path);
     if (st == LOOM_OK && paths->n > lcap) {
-      int32_t *nl = realloc(f->labels, paths->cap * sizeof *nl);
+      int32_t *nl = loom_sys_realloc(f->labels, paths->cap * sizeof *nl);
       if (!nl) st = loom_set_error(LOOM_ERR_OOM, "image folder: out of host memory");
       else f->labels = nl, lcap = paths->cap;
     }
@@ -194,10 +195,11 @@ loom_status loom_imgf_read_list(imgf *f, strvec *paths) {
       if (lab > maxl) maxl = (int32_t)lab;
     }
   }
-  if (st == LOOM_OK && ferror(fp))
-    st = loom_set_error(LOOM_ERR_IO, "image folder: error reading file list '%s'", list);
-  free(line);
-  fclose(fp);
+  if (st == LOOM_OK && (ferror(fp) || errno == ENOMEM))
+    st = loom_set_error(errno == ENOMEM ? LOOM_ERR_OOM : LOOM_ERR_IO, "image folder: error reading file list '%s': %s",
+                        list, strerror(errno ? errno : EIO));
+  loom_sys_free(line);
+  loom_sys_fclose(fp);
   if (st != LOOM_OK) return st;
   if (paths->n == 0) return loom_set_error(LOOM_ERR_FORMAT, "image folder: file list '%s' names no image", list);
   if (f->o.num_classes > 0 && maxl >= f->o.num_classes)

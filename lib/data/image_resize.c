@@ -6,6 +6,7 @@
 
 #include "data/image_resize.h"
 #include "data/data_internal.h"
+#include "core/sys.h"
 
 /* Uniform double in [0, 1) from draw n of key. */
 static double draw(uint64_t key, uint64_t n) { return (double)(loom_data_mix(key, n) >> 11) * 0x1.0p-53; }
@@ -64,9 +65,9 @@ bool loom_img_flip(uint64_t key) { return (loom_data_mix(key, 0x464C4950u /* "FL
 #define PRECISION_BITS (32 - 8 - 2)
 
 void loom_img_axis_free(loom_img_axis *a) {
-  free(a->start);
-  free(a->len);
-  free(a->k);
+  loom_sys_free(a->start);
+  loom_sys_free(a->len);
+  loom_sys_free(a->k);
   memset(a, 0, sizeof *a);
 }
 
@@ -86,12 +87,12 @@ loom_status loom_img_axis_init(loom_img_axis *a, double in0, double in1, int cli
   int ksize = (int)ceil(support) * 2 + 1;
   a->out = out;
   a->ksize = ksize;
-  a->start = malloc(sizeof(int) * (size_t)out);
-  a->len = malloc(sizeof(int) * (size_t)out);
-  a->k = malloc(sizeof(int32_t) * (size_t)out * (size_t)ksize);
-  double *kd = malloc(sizeof(double) * (size_t)ksize);
+  a->start = loom_sys_malloc(sizeof(int) * (size_t)out);
+  a->len = loom_sys_malloc(sizeof(int) * (size_t)out);
+  a->k = loom_sys_malloc(sizeof(int32_t) * (size_t)out * (size_t)ksize);
+  double *kd = loom_sys_malloc(sizeof(double) * (size_t)ksize);
   if (!a->start || !a->len || !a->k || !kd) {
-    free(kd);
+    loom_sys_free(kd);
     loom_img_axis_free(a);
     return loom_set_error(LOOM_ERR_OOM, "image resize: out of host memory");
   }
@@ -138,7 +139,7 @@ loom_status loom_img_axis_init(loom_img_axis *a, double in0, double in1, int cli
     if (xmin < a->lo) a->lo = xmin;
     if (xmin + xmax > a->hi) a->hi = xmin + xmax;
   }
-  free(kd);
+  loom_sys_free(kd);
   return LOOM_OK;
 }
 

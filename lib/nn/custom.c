@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "nn/module_internal.h"
+#include "core/sys.h"
 
 typedef struct custom_impl {
   loom_module_forward_fn forward;
@@ -32,7 +33,7 @@ static loom_tensor *custom_forward(loom_module *m, loom_tensor *x) {
 static void custom_destroy(loom_module *m) {
   custom_impl *c = m->impl;
   if (c && c->destroy) c->destroy(c->user);
-  free(c);
+  loom_sys_free(c);
   m->impl = NULL;
 }
 
@@ -42,7 +43,7 @@ loom_module *loom_module_new(const char *name, loom_module_forward_fn forward, v
     return NULL;
   }
   loom_module *m = loom_module_alloc(LOOM_MOD_CUSTOM, name && *name ? name : "Module");
-  custom_impl *c = m ? calloc(1, sizeof *c) : NULL;
+  custom_impl *c = m ? loom_sys_calloc(1, sizeof *c) : NULL;
   if (!c) {
     if (m) loom_set_error(LOOM_ERR_OOM, "module_new: out of host memory");
     loom_module_free(m);

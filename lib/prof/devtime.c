@@ -444,10 +444,10 @@ void loom_prof_dev_release(void) {
       (void)cudaGetLastError();
     }
 #endif
-    free(tl->ev);
-    free(tl->freel);
-    free(tl->pairs);
-    free(tl->sl);
+    loom_sys_free(tl->ev);
+    loom_sys_free(tl->freel);
+    loom_sys_free(tl->pairs);
+    loom_sys_free(tl->sl);
     pthread_mutex_destroy(&tl->mu);
     memset(tl, 0, sizeof *tl);  /* ready = 0: rebuilt at the next timed range */
   }

@@ -448,14 +448,14 @@ static loom_status recorder_teardown(void) {
     tbuf *b = *pp;
     pthread_mutex_lock(&b->mu);
     int dead = !b->alive;
-    free(b->ev);
+    loom_sys_free(b->ev);
     b->ev = NULL;
     b->n = b->cap = 0;
     pthread_mutex_unlock(&b->mu);
     if (dead) {
       *pp = b->next;
       pthread_mutex_destroy(&b->mu);
-      free(b);
+      loom_sys_free(b);
     } else {
       pp = &b->next;
     }

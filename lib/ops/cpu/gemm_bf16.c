@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/gemm_bf16_internal.h"
+#include "core/sys.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -138,15 +139,15 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
     g.acc = out->c;
     g.ldacc = out->ldc;
     if (!g.acc) {
-      scratch = malloc((size_t)M * (size_t)N * sizeof(float));
+      scratch = loom_sys_malloc((size_t)M * (size_t)N * sizeof(float));
       if (!scratch) return loom_set_error(LOOM_ERR_OOM, "gemm_bf16: out of host memory for %lldx%lld f32 sums", (long long)M, (long long)N);
       g.acc = scratch;
       g.ldacc = N;
     }
   }
-  uint32_t *buf = aligned_alloc(64, (size_t)nt * (size_t)(bwords + awords) * sizeof(uint32_t));
+  uint32_t *buf = loom_sys_aligned_alloc(64, (size_t)nt * (size_t)(bwords + awords) * sizeof(uint32_t));
   if (!buf) {
-    free(scratch);
+    loom_sys_free(scratch);
     return loom_set_error(LOOM_ERR_OOM, "gemm_bf16: out of host memory for the packing buffers");
   }
 
@@ -172,8 +173,8 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
       for (int64_t pc = 0; pc < K; pc += g.kc)
         run_slice(&g, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack);
   }
-  free(buf);
-  free(scratch);
+  loom_sys_free(buf);
+  loom_sys_free(scratch);
   return LOOM_OK;
 #else
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)out;

@@ -16,6 +16,7 @@
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm_bf16.h"
 #include "ops/cpu/linear_bf16.h"
+#include "core/sys.h"
 
 static bool dense_bf16(const loom_tensor *t) { return t && t->dtype == LOOM_BF16 && loom_tensor_is_contiguous(t); }
 static bool out_ok(const loom_tensor *t) {
@@ -51,7 +52,7 @@ loom_status loom_cpu_linear_bf16(loom_op_args *a) {
   const int64_t K = x->shape[x->ndim - 1], M = loom_shape_numel(x->ndim, x->shape) / K, N = w->shape[0];
   float *bf = NULL;
   if (bias) {
-    bf = malloc((size_t)N * sizeof(float));
+    bf = loom_sys_malloc((size_t)N * sizeof(float));
     if (!bf) return loom_set_error(LOOM_ERR_OOM, "linear: out of host memory for the bias");
     loom_cpu_load_f32(loom_tensor_ptr(bias), bias->dtype, bias->strides[0], N, bf);
   }
@@ -59,7 +60,7 @@ loom_status loom_cpu_linear_bf16(loom_op_args *a) {
   o.bias = bf;
   o.relu = a->i[0] == LOOM_ACT_RELU;
   loom_status st = loom_cpu_gemm_bf16(false, true, M, N, K, loom_tensor_ptr(x), K, loom_tensor_ptr(w), K, &o);
-  free(bf);
+  loom_sys_free(bf);
   return st;
 }
 
@@ -104,7 +105,7 @@ loom_status loom_cpu_linear_bf16_backward(loom_op_args *a) {
      the mask changes it). */
   uint16_t *dz = loom_tensor_ptr(gy), *dz_own = NULL;
   if (relu && !overwrite) {
-    dz_own = malloc((size_t)(M * N) * sizeof(uint16_t));
+    dz_own = loom_sys_malloc((size_t)(M * N) * sizeof(uint16_t));
     if (!dz_own) return loom_set_error(LOOM_ERR_OOM, "linear backward: out of host memory for dZ");
     memcpy(dz_own, dz, (size_t)(M * N) * sizeof(uint16_t));
     dz = dz_own;
@@ -112,7 +113,7 @@ loom_status loom_cpu_linear_bf16_backward(loom_op_args *a) {
   loom_status st = LOOM_OK;
   float *dbp = NULL;
   if (db) {
-    dbp = db->dtype == LOOM_F32 && loom_tensor_is_contiguous(db) ? loom_tensor_ptr(db) : malloc((size_t)N * sizeof(float));
+    dbp = db->dtype == LOOM_F32 && loom_tensor_is_contiguous(db) ? loom_tensor_ptr(db) : loom_sys_malloc((size_t)N * sizeof(float));
     if (!dbp) st = loom_set_error(LOOM_ERR_OOM, "linear backward: out of host memory");
   }
   if (st == LOOM_OK && (relu || db)) {
@@ -127,7 +128,7 @@ loom_status loom_cpu_linear_bf16_backward(loom_op_args *a) {
     loom_gemm_bf16_out o = out_to(dx, K);
     st = loom_cpu_gemm_bf16(false, false, M, K, N, dz, N, loom_tensor_ptr(w), K, &o);
   }
-  if (dbp && (!db || dbp != loom_tensor_ptr(db))) free(dbp);
-  free(dz_own);
+  if (dbp && (!db || dbp != loom_tensor_ptr(db))) loom_sys_free(dbp);
+  loom_sys_free(dz_own);
   return st;
 }

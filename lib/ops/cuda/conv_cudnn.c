@@ -460,7 +460,7 @@ static loom_status cudnn_teardown(void) {
     g_plans = p->next;
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
     for (int i = p->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->keep[i]);
-    free(p);
+    loom_sys_free(p);
   }
   for (int i = 0; i < MAX_DEV; i++)
     if (g_handle[i]) {
