@@ -416,7 +416,13 @@ static int train(options o, loom_comm *comm) {
   loom_loader *test = loom_loader_new(test_ds, &lo);
   loom_dataset_release(train_ds);
   loom_dataset_release(test_ds);
-  if (!train || !test) return fail("loader");
+  if (!train || !test) {
+    /* Stop the loader that did start (its workers) before the session shuts loom down. */
+    int rc = fail("loader");
+    loom_loader_free(train);
+    loom_loader_free(test);
+    return rc;
+  }
 
   loom_module *model = loom_mlp_new(in_features, o.n_hidden, o.hidden, 10, dev);
   if (!model) return fail("model");
