@@ -2,7 +2,8 @@
 # check-install.sh BUILD_DIR SOURCE_DIR — install loom into a scratch prefix,
 # then build the README's C example against it twice, as a user would: with
 # CMake's find_package(loom) and with pkg-config; and the C++ example
-# (loom.hpp) from a C++-only CMake project. Runs the results.
+# (loom.hpp) from a C++-only CMake project, and statically through
+# `pkg-config --static`. Runs the results.
 set -eu
 build="$1"; src="$2"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -40,4 +41,13 @@ libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -1)
 PKG_CONFIG_PATH="$libdir" cc "$tmp/consumer/example.c" $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs loom) \
   -o "$tmp/consumer/pc"
 LD_LIBRARY_PATH="$(dirname "$libdir")" "$tmp/consumer/pc"
+# A static-only install (no libloom.so): `pkg-config --static` must name every
+# library libloom.a needs (loom.pc's Libs.private), or this link fails.
+cp -a "$tmp/prefix" "$tmp/static_prefix"
+rm -f "$tmp"/static_prefix/lib*/libloom.so*
+slibdir=$(ls -d "$tmp"/static_prefix/lib*/pkgconfig | head -1)
+cc "$tmp/consumer/example.c" $(PKG_CONFIG_PATH="$slibdir" pkg-config --static --cflags --libs loom) \
+  -o "$tmp/consumer/pc_static"
+"$tmp/consumer/pc_static"
+echo "pkg-config --static loom: ok"
 echo "pkg-config loom: ok"

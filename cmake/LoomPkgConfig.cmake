@@ -1,0 +1,27 @@
+# loom_pc_private_libs(OUT libs...) — turns libloom's link interface (imported
+# targets, bare names, full library paths) into the flags a static link needs,
+# for loom.pc's Libs.private: `pkg-config --static --libs loom` then links
+# libloom.a without the user knowing loom's optional dependencies.
+function(loom_pc_private_libs out)
+  set(flags "")
+  foreach(lib IN LISTS ARGN)
+    if(lib STREQUAL "Threads::Threads")
+      list(APPEND flags "-pthread")
+    elseif(lib STREQUAL "OpenMP::OpenMP_C")
+      list(APPEND flags ${OpenMP_C_FLAGS})
+    elseif(lib STREQUAL "ZLIB::ZLIB")
+      list(APPEND flags "-lz")
+    elseif(lib MATCHES "^CUDA::(.+)$")
+      list(APPEND flags "-L${CUDAToolkit_LIBRARY_DIR}" "-l${CMAKE_MATCH_1}")
+    elseif(lib MATCHES "::")
+      message(FATAL_ERROR "loom.pc: no pkg-config flags known for link target ${lib}")
+    elseif(IS_ABSOLUTE "${lib}")
+      list(APPEND flags "${lib}")
+    elseif(NOT lib STREQUAL "")
+      list(APPEND flags "-l${lib}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES flags)
+  list(JOIN flags " " joined)
+  set(${out} "${joined}" PARENT_SCOPE)
+endfunction()
