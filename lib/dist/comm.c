@@ -464,6 +464,17 @@ loom_status loom_comm_wait(loom_comm *c) {
   return c->ops->wait(c);
 }
 
+/* Declared in dist.h from the start but never defined until issue 22's
+ * NCCL timeout test needed it. */
+loom_stream *loom_comm_stream(loom_comm *c) {
+  if (!c) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "comm_stream: communicator is NULL");
+    return NULL;
+  }
+  if (c->ops->stream && c->impl) return c->ops->stream(c);
+  return loom_stream_current(c->device);
+}
+
 loom_status loom_comm_synchronize(loom_comm *c) {
   LOOM_TRY(check_comm(c, "comm_synchronize"));
   return c->ops->synchronize(c);

@@ -29,6 +29,7 @@ typedef struct loom_comm_ops {
   loom_status (*check)(loom_comm *c);   /* may be NULL */
   void (*abort)(loom_comm *c);
   void (*destroy)(loom_comm *c);        /* frees impl (not c) */
+  loom_stream *(*stream)(loom_comm *c); /* the communication stream; NULL: the device's current one */
 } loom_comm_ops;
 
 struct loom_comm {
