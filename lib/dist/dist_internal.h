@@ -46,6 +46,7 @@ struct loom_comm {
   loom_status fail_code;
   char fail_msg[768];
   void *impl;
+  bool counted;             /* handed to the caller: counted alive until loom_comm_free */
 };
 
 #define LOOM_DIST_DEFAULT_TIMEOUT_S 300.0
