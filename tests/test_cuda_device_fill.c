@@ -2,7 +2,7 @@
  * (issue 22): the cuda_async backend filled through loom until the device
  * refuses, then freed and asked again; and an expandable segment whose
  * mapping runs out of device memory part way, which must unmap the granules
- * it had mapped and give its address range back. Each test takes the whole
+ * it had mapped (and, once emptied, give its address range back). Each test takes the whole
  * device, so ctest runs this binary alone (RUN_SERIAL, tests/CMakeLists.txt).
  * Every test needs a GPU: skipped visibly without one, failed instead under
  * LOOM_TEST_DEVICE=cuda. Unproven so far: no GPU has run it. */
@@ -71,21 +71,30 @@ Test(cuda_fill, cuda_async_fills_the_device_then_frees_and_allocates_again) {
 #endif
 }
 
-/* Expandable segments (vmm_cuda.c): with all but about 256 MiB of the device
- * taken by a plain cudaMalloc, a tensor of twice what is left makes the
- * provider map granule after granule until cuMemCreate fails part way. The
- * map must unmap the granules it had mapped, and the pool must give the new
- * address range back, on the first try and on its retry: afterwards the
- * device has as much free memory as before (within 16 MiB of driver
- * bookkeeping), the pool reserves nothing and holds no range, and half of
- * what is left can be allocated, filled and summed through loom. */
-Test(cuda_fill, expandable_map_failing_part_way_unmaps_and_releases_its_range) {
+/* Expandable segments (vmm_cuda.c): a live 4 MiB tensor keeps a large-block
+ * range reserved. With all but about 256 MiB of the device taken by a plain
+ * cudaMalloc, a tensor of twice what is left grows that range in place:
+ * the provider maps granule after granule until cuMemCreate fails part way.
+ * The map must unmap the granules it had mapped, on the first try and on the
+ * pool's retry: afterwards the pool reserves what it did before, the device
+ * has as much free memory as before (within 16 MiB of driver bookkeeping),
+ * and half of what is left can be allocated, filled and summed through loom
+ * (mapped at the very addresses the failed map had used, which the driver
+ * refuses while any of them is still mapped). Once everything is freed,
+ * empty_cache gives the range itself back. */
+Test(cuda_fill, expandable_map_failing_part_way_unmaps_what_it_mapped) {
   tk_require_device(gpu());
 #ifdef LOOM_HAVE_CUDA
   loom_alloc_options o;
   loom_alloc_options_init(&o);
   o.expandable_segments = 1;
   cr_assert_eq(loom_alloc_set_device_config(gpu(), &o), LOOM_OK, "%s", loom_last_error());
+  int64_t wn = (int64_t)(4 * MiB / sizeof(float));
+  loom_tensor *w = loom_zeros(1, &wn, LOOM_F32, gpu());
+  cr_assert_not_null(w, "%s", loom_last_error());
+  cr_assert_eq(loom_device_synchronize(gpu()), LOOM_OK, "%s", loom_last_error());
+  loom_memory_stats s0 = stats();
+  cr_assert_geq(s0.segments[LOOM_MEM_ALL].current, 1);
   size_t fr = 0, tot = 0;
   cr_assert_eq(cudaMemGetInfo(&fr, &tot), cudaSuccess);
   void *filler = NULL;
@@ -101,8 +110,9 @@ Test(cuda_fill, expandable_map_failing_part_way_unmaps_and_releases_its_range) {
   int64_t n = (int64_t)(2 * left / sizeof(float));
   tk_assert_fails(loom_zeros(1, &n, LOOM_F32, gpu()), LOOM_ERR_OOM, "cuda:0");
   loom_memory_stats st = stats();
-  cr_assert_eq(st.reserved_bytes[LOOM_MEM_ALL].current, 0, "granules stay counted as mapped");
-  cr_assert_eq(st.segments[LOOM_MEM_ALL].current, 0, "the address range of the failed map was kept");
+  cr_assert_eq(st.reserved_bytes[LOOM_MEM_ALL].current, s0.reserved_bytes[LOOM_MEM_ALL].current,
+               "granules of the failed map stay counted as mapped");
+  cr_assert_eq(st.segments[LOOM_MEM_ALL].current, s0.segments[LOOM_MEM_ALL].current, "a range was left behind");
   cr_assert_geq(st.num_alloc_retries, 1);
   size_t after = 0;
   cr_assert_eq(cudaMemGetInfo(&after, &tot), cudaSuccess);
@@ -117,9 +127,12 @@ Test(cuda_fill, expandable_map_failing_part_way_unmaps_and_releases_its_range) {
   cr_assert(fabs(v - (double)h) <= 1e-4 * (double)h, "sum %g of %lld ones", v, (long long)h);
   loom_tensor_release(sum);
   loom_tensor_release(t);
-  cr_assert_eq(loom_empty_cache(gpu()), LOOM_OK, "%s", loom_last_error());
-  cr_assert_eq(stats().segments[LOOM_MEM_ALL].current, 0);
+  loom_tensor_release(w);
   if (filler) cudaFree(filler);
+  cr_assert_eq(loom_empty_cache(gpu()), LOOM_OK, "%s", loom_last_error());
+  st = stats();
+  cr_assert_eq(st.reserved_bytes[LOOM_MEM_ALL].current, 0);
+  cr_assert_eq(st.segments[LOOM_MEM_ALL].current, 0, "empty_cache kept an address range");
   tk_teardown();
 #endif
 }
