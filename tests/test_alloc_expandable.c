@@ -431,3 +431,35 @@ Test(alloc_expandable_cuda, vmm_ranges_grow_in_place_hold_data_and_unmap) {
   cr_assert_eq(st.segments[0].current, 0, "and gave the range back");
   tk_leak_check();
 }
+
+/* The CUDA provider gives each range's address space back
+ * (cuMemAddressFree) when empty_cache unmaps its last granule (issue 22):
+ * 8192 rounds of allocate / free / empty_cache each reserve a range as large
+ * as the device's memory (80 GiB on an H100: 640 TiB in all, more than a 47-
+ * or 49-bit address space holds, so leaked ranges make a later round fail),
+ * and every round must succeed with no range left over. Skips visibly
+ * without a GPU. */
+Test(alloc_expandable_cuda, empty_cache_gives_the_address_range_back) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  loom_alloc_options o;
+  loom_alloc_options_init(&o);
+  o.expandable_segments = 1;
+  cr_assert_eq(loom_alloc_set_device_config(dev, &o), LOOM_OK, "%s", loom_last_error());
+  loom_memory_stats st = {.struct_size = sizeof st};
+  for (int k = 0; k < 8192; k++) {
+    void *p = NULL;
+    cr_assert_eq(loom_alloc_malloc(dev, MiB, NULL, &p), LOOM_OK, "round %d: %s", k, loom_last_error());
+    if (k == 0) {
+      cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
+      cr_assert_eq(st.segments[0].current, 1);
+    }
+    loom_alloc_free(dev, p);
+    cr_assert_eq(loom_empty_cache(dev), LOOM_OK, "round %d: %s", k, loom_last_error());
+  }
+  cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
+  cr_assert_eq(st.segments[0].current, 0, "a range outlived empty_cache");
+  cr_assert_eq(st.reserved_bytes[0].current, 0);
+  cr_assert_eq(st.num_device_frees, 8192, "one unmap per round");
+  tk_leak_check();
+}

@@ -15,7 +15,10 @@
  *    every batch byte-equal to the CPU loader's, no host wait in next(), no
  *    device allocation in the steady state;
  *  - Philox uniform/normal fills equal to the CPU stream (f32, f16, bf16);
- *  - the cudaMallocAsync backend, and the pinned-host provider;
+ *  - the cudaMallocAsync backend: tensors, a block freed while another
+ *    stream still writes it is not reused before that write, and an
+ *    allocation the device refused is retried after trimming the pool
+ *    (fault injection); the pinned-host provider;
  *  - chained fused linear backward (Linear→ReLU→Linear→ReLU→Linear, DRELU_BGRAD
  *    feeding the previous layer) against the unfused path, and with cuBLASLt
  *    refusing every algorithm (unfused fallbacks + cublasGemmEx);
@@ -25,11 +28,14 @@
  *    (misaligned views, tails, broadcast scalars, f16 NaN payloads), the split
  *    full reductions, and the deferred cross-entropy label check. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc/alloc.h"
 #include "amp/amp_internal.h"
+#include "core/fault.h"
 #include "device/sync_stats.h"
 #include "optim/optim_internal.h"
 #include "support/testkit.h"
@@ -413,6 +419,98 @@ CUDA_TEST(cuda_alloc, cuda_async_backend_serves_tensors) {
   cr_assert_eq(loom_empty_cache(gpu()), LOOM_OK, "%s", loom_last_error());
   free(a);
   free(b);
+}
+
+#ifdef LOOM_HAVE_CUDA
+/* A host function that holds its stream until released (or 10 s pass, so a
+ * failing test cannot hang the GPU): work queued after it waits. */
+static atomic_int g_hold_released;
+
+static void CUDART_CB hold_stream(void *ud) {
+  (void)ud;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    if (atomic_load(&g_hold_released)) return;
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 < 10.0);
+}
+#endif
+
+/* backend:cuda_async, a free on another stream (issue 22): x is allocated on
+ * the compute stream A, written on stream B (recorded with record_stream)
+ * and freed while B's write is still queued behind a held host function.
+ * The next allocation of the same size on A reuses x's memory and A writes
+ * it at once. a_free makes A wait for B before cudaFreeAsync, so A's write
+ * lands after B's and y reads 0x02 everywhere; without that wait A's write
+ * would run first and B's 0x01 bytes would overwrite it. */
+CUDA_TEST(cuda_alloc, cuda_async_free_of_a_block_used_on_another_stream_is_ordered) {
+#ifdef LOOM_HAVE_CUDA
+  cr_assert_eq(loom_alloc_configure("backend:cuda_async"), LOOM_OK, "%s", loom_last_error());
+  const size_t n = (size_t)8 << 20;
+  loom_stream *b = NULL;
+  cr_assert_eq(loom_stream_create(gpu(), &b), LOOM_OK, "%s", loom_last_error());
+  cudaStream_t cb = (cudaStream_t)loom_stream_native(b);
+  cudaStream_t ca = (cudaStream_t)loom_stream_native(loom_stream_current(gpu()));
+  void *x = NULL, *y = NULL;
+  cr_assert_eq(loom_alloc_malloc(gpu(), n, NULL, &x), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(cudaMemsetAsync(x, 0, n, ca), cudaSuccess);
+  cr_assert_eq(loom_stream_synchronize(loom_stream_current(gpu())), LOOM_OK);
+  atomic_store(&g_hold_released, 0);
+  cr_assert_eq(cudaLaunchHostFunc(cb, hold_stream, NULL), cudaSuccess);
+  cr_assert_eq(cudaMemsetAsync(x, 0x01, n, cb), cudaSuccess);
+  cr_assert_eq(loom_alloc_record_stream(gpu(), x, b), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(gpu(), x);
+  cr_assert_eq(loom_alloc_malloc(gpu(), n, NULL, &y), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(cudaMemsetAsync(y, 0x02, n, ca), cudaSuccess);
+  atomic_store(&g_hold_released, 1);
+  cr_assert_eq(loom_device_synchronize(gpu()), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(y, x, "the pool did not reuse the freed block, so the ordering was not exercised");
+  unsigned char *h = malloc(n);
+  cr_assert_eq(cudaMemcpy(h, y, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += h[i] != 0x02;
+  free(h);
+  cr_assert_eq(bad, 0, "%zu bytes of the reused block were overwritten by the other stream's late write", bad);
+  loom_alloc_free(gpu(), y);
+  loom_stream_free(b);
+  cr_assert_eq(loom_empty_cache(gpu()), LOOM_OK, "%s", loom_last_error());
+#endif
+}
+
+/* backend:cuda_async, the OOM retry (issue 22): with a cache of 256 MiB in
+ * the pool, the device refuses the next cudaMallocFromPoolAsync (fault
+ * injection, LOOM_FAULT_DEVICE, once); the allocator synchronizes, trims the
+ * pool to nothing and tries again, which succeeds. Counted as one retry and
+ * no OOM, and the cache is gone (reserved far below the 256 MiB). Needs a
+ * build with -DLOOM_FAULT_INJECTION=ON; skips visibly otherwise. */
+CUDA_TEST(cuda_alloc, cuda_async_retries_a_refused_allocation_after_trimming_the_pool) {
+  if (!loom_fault_compiled()) cr_skip_test("needs a build with -DLOOM_FAULT_INJECTION=ON");
+  cr_assert_eq(loom_alloc_configure("backend:cuda_async"), LOOM_OK, "%s", loom_last_error());
+  void *big = NULL, *p = NULL;
+  const size_t cached = (size_t)256 << 20;
+  cr_assert_eq(loom_alloc_malloc(gpu(), cached, NULL, &big), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(gpu(), big);
+  cr_assert_eq(loom_device_synchronize(gpu()), LOOM_OK, "%s", loom_last_error());
+  loom_memory_stats st = {.struct_size = sizeof st};
+  cr_assert_eq(loom_memory_stats_get(gpu(), &st), LOOM_OK);
+  cr_assert_geq(st.reserved_bytes[LOOM_MEM_ALL].current, (int64_t)cached, "the pool did not keep the freed block");
+  cr_assert_eq(loom_memory_reset_counters(gpu()), LOOM_OK);
+  loom_fault_arm(LOOM_FAULT_DEVICE, 1, false);
+  loom_status r = loom_alloc_malloc(gpu(), (size_t)1 << 20, NULL, &p);
+  long hits = loom_fault_hits();
+  loom_fault_clear();
+  cr_assert_eq(r, LOOM_OK, "the retry failed: %s", loom_last_error());
+  cr_assert_eq(hits, 1, "the injected failure was not reached");
+  cr_assert_eq(loom_memory_stats_get(gpu(), &st), LOOM_OK);
+  cr_assert_eq(st.num_alloc_retries, 1);
+  cr_assert_eq(st.num_ooms, 0);
+  cr_assert_lt(st.reserved_bytes[LOOM_MEM_ALL].current, (int64_t)cached, "the retry did not trim the pool: %lld reserved",
+               (long long)st.reserved_bytes[LOOM_MEM_ALL].current);
+  loom_alloc_free(gpu(), p);
+  cr_assert_eq(loom_empty_cache(gpu()), LOOM_OK, "%s", loom_last_error());
 }
 
 /* The real CUDA provider (issue 22: empty_cache and the OOM retry were only

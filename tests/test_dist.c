@@ -4,18 +4,24 @@
  * (bit-identical to plain training, no_sync accumulation, hooks removed on
  * free), the LR scaling rule, the CPU thread default, the file rendezvous,
  * and the NCCL back end with one rank on cuda:0 (skips visibly without a
- * GPU). The multi-process checks (MPI, 2 ranks) are tests/dist/mpi_checks.c,
+ * GPU), including a collective that cannot complete failing within its
+ * timeout instead of hanging. The multi-process checks (MPI, 2 ranks) are tests/dist/mpi_checks.c,
  * run by ctest under mpirun. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dist/dist_internal.h"
 #include "loom/loom.h"
 #include "support/testkit.h"
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* ---- bucket plan ------------------------------------------------------------------ */
 
@@ -219,6 +225,10 @@ Test(dist_single, collectives_are_local) {
   cr_assert_str_eq(loom_comm_backend_name(loom_comm_get_backend(c)), "single");
   cr_assert_eq(loom_comm_size(c), 1);
   cr_assert_eq(loom_comm_rank(c), 0);
+  /* The communication stream of a CPU communicator is the CPU's stream. */
+  cr_assert_eq(loom_comm_stream(c), loom_stream_current(loom_cpu()));
+  cr_assert_null(loom_comm_stream(NULL));
+  tk_assert_error(loom_last_status(), LOOM_ERR_INVALID_ARG, "comm_stream");
   loom_scope_begin();
   float v[3] = {1.5f, -2, 4};
   loom_tensor *t = loom_from_host(v, 1, (int64_t[]){3}, LOOM_F32, loom_cpu());
@@ -655,4 +665,56 @@ Test(dist_nccl_cuda, two_ranks_on_one_gpu_refused) {
   tk_assert_error(loom_comm_init_all(2, same, NULL, cs), LOOM_ERR_DEVICE, "same physical GPU", "one");
   cr_assert_null(cs[0]);
   tk_leak_check();
+}
+
+#ifdef LOOM_HAVE_CUDA
+/* Holds its stream until released or 1.5 s have passed (a bound, so that a
+ * broken timeout shows as a wrong status instead of a hung test). */
+static atomic_int g_nccl_release;
+
+static void CUDART_CB hold_comm_stream(void *ud) {
+  (void)ud;
+  double t0 = loom_dist_now();
+  while (!atomic_load(&g_nccl_release) && loom_dist_now() - t0 < 1.5) {
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+}
+#endif
+
+/* NCCL timeout on one rank (issue 22): the communication stream is held by
+ * a host function, so an all-reduce queued behind it cannot complete.
+ * loom_comm_synchronize with a 0.5 s timeout must return LOOM_ERR_COMM
+ * saying so after at least 0.5 s (had it waited for the stream instead, the
+ * hold would end at 1.5 s and it would return LOOM_OK), abort the
+ * communicator without hanging (5 s bound: ncclCommAbort may wait for the
+ * held stream), and every later call must fail the same way. */
+Test(dist_nccl_cuda, a_collective_that_cannot_complete_times_out_and_aborts) {
+  loom_comm *c = nccl_one();
+#ifdef LOOM_HAVE_CUDA
+  cr_assert_eq(loom_comm_set_timeout(c, 0.5), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *t = loom_ones(1, (int64_t[]){1024}, LOOM_F32, loom_cuda(0));
+  cr_assert_not_null(t, "%s", loom_last_error());
+  cr_assert_eq(loom_device_synchronize(loom_cuda(0)), LOOM_OK);
+  atomic_store(&g_nccl_release, 0);
+  cr_assert_eq(cudaLaunchHostFunc((cudaStream_t)loom_stream_native(loom_comm_stream(c)), hold_comm_stream, NULL),
+               cudaSuccess);
+  cr_assert_eq(loom_comm_all_reduce(c, t, LOOM_REDUCE_SUM), LOOM_OK, "enqueueing does not wait: %s", loom_last_error());
+  double t0 = loom_dist_now();
+  loom_status st = loom_comm_synchronize(c);
+  double took = loom_dist_now() - t0;
+  atomic_store(&g_nccl_release, 1);
+  tk_assert_error(st, LOOM_ERR_COMM, "within the 0.5 s timeout", "aborted");
+  cr_assert_geq(took, 0.45, "gave up after %.3f s, before its timeout", took);
+  cr_assert_lt(took, 5.0, "took %.3f s to time out and abort", took);
+  tk_assert_error(loom_comm_check(c), LOOM_ERR_COMM, "has failed", "timeout");
+  tk_assert_error(loom_comm_all_reduce(c, t, LOOM_REDUCE_SUM), LOOM_ERR_COMM, "has failed");
+  loom_scope_end();
+  loom_comm_free(c);
+  cr_assert_eq(loom_device_synchronize(loom_cuda(0)), LOOM_OK, "the device after the abort: %s", loom_last_error());
+  tk_leak_check();
+#else
+  loom_comm_free(c);
+#endif
 }

@@ -6,7 +6,9 @@
  * a whole MLP + AdamW training step being capture-safe on the CPU, and on a
  * GPU (LOOM_TEST_DEVICE=cuda) a captured op replayed on new inputs and a
  * whole mixed-precision training step replayed for 46 steps against the
- * eager run. */
+ * eager run; an optimizer's and a scaler's first use inside a capture is
+ * refused, and a kernel table remade inside a capture does not hold the
+ * graph's pool (issue 22, prediction 9). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -445,5 +447,121 @@ Test(graph_cuda, training_step_replays_equal_eager_steps) {
     cr_assert_eq(eager[i], graph[i], "parameter element %lld: eager %.9g, graph %.9g", (long long)i, eager[i], graph[i]);
   free(eager);
   free(graph);
+  tk_leak_check();
+}
+
+static loom_tensor *gpu_param(double v, int64_t n) {
+  loom_tensor *p = loom_full(1, &n, v, LOOM_F32, loom_cuda(0));
+  cr_assert_not_null(p, "%s", loom_last_error());
+  cr_assert_eq(loom_set_requires_grad(p, true), LOOM_OK);
+  return p;
+}
+
+static void grad_of_ones(loom_tensor *p, int64_t n) {
+  loom_scope_begin();
+  cr_assert_eq(loom_backward_with(p, loom_ones(1, &n, LOOM_F32, loom_cuda(0))), LOOM_OK, "%s", loom_last_error());
+  loom_scope_end();
+}
+
+static void assert_all(loom_tensor *t, double want, const char *what) {
+  double *v = tk_read(t);
+  int64_t n = loom_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) cr_assert_float_eq(v[i], want, 0, "%s, element %lld: %g", what, (long long)i, v[i]);
+  free(v);
+}
+
+/* An optimizer's first step and a scaler's first use upload their device
+ * state from host memory: inside a capture that upload would only be
+ * recorded (and repeated at every replay from a buffer long gone). Both are
+ * refused with LOOM_ERR_STATE saying to take an eager step first, change
+ * nothing (AdamW's moment buffers are not made in the graph's pool, which
+ * would then outlive the graph), and work eagerly afterwards. */
+Test(graph_cuda, first_optimizer_and_scaler_use_inside_a_capture_is_refused) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  const int64_t n = 1000;
+  loom_tensor *p = gpu_param(3.0, n);
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
+  so.lr = 0.5;
+  loom_optimizer *opt = loom_sgd_new(&p, 1, &so);
+  loom_optimizer *adam = loom_adamw_new(&p, 1, NULL);
+  loom_grad_scaler *sc = loom_scaler_new(NULL);
+  cr_assert(opt && adam && sc, "%s", loom_last_error());
+  grad_of_ones(p, n);
+  int before = loom_alloc_private_count();
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  tk_assert_error(loom_optimizer_step(opt), LOOM_ERR_STATE, "first step", "before loom_graph_capture_begin");
+  /* AdamW: refused before its moment buffers are made (in the graph's pool) */
+  tk_assert_error(loom_optimizer_step(adam), LOOM_ERR_STATE, "first step", "before loom_graph_capture_begin");
+  loom_scope_begin();
+  loom_tensor *loss = loom_sum_all(loom_detach(p));
+  cr_assert_not_null(loss, "%s", loom_last_error());
+  tk_assert_fails(loom_scaler_scale(sc, loss), LOOM_ERR_STATE, "first use", "before loom_graph_capture_begin");
+  loom_scope_end();
+  (void)loom_graph_capture_end(g);  /* nothing was captured; whether an empty graph instantiates is CUDA's business */
+  loom_graph_free(g);
+  cr_assert_eq(loom_alloc_private_count(), before, "the refused calls left blocks in the graph's pool");
+  assert_all(p, 3.0, "the refused step changed the parameter");
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "eager after the refusal: %s", loom_last_error());
+  assert_all(p, 2.5, "the eager step");
+  loom_scope_begin();
+  loom_tensor *l2 = loom_sum_all(loom_detach(p));
+  loom_tensor *scaled = loom_scaler_scale(sc, l2);
+  cr_assert_not_null(scaled, "eager scaler after the refusal: %s", loom_last_error());
+  double v = 0;
+  cr_assert_eq(loom_item(scaled, &v), LOOM_OK, "%s", loom_last_error());
+  cr_assert_float_eq(v, 2.5 * (double)n * 65536.0, 0, "scaled loss %g (default scale 2^16)", v);
+  loom_scope_end();
+  loom_scaler_free(sc);
+  loom_optimizer_free(adam);
+  loom_optimizer_free(opt);
+  loom_tensor_release(p);
+  tk_leak_check();
+}
+
+/* The optimizer's kernel table (the pointer list of its parameters and
+ * gradients) is remade when a parameter gets its first gradient inside a
+ * captured step. The table belongs to the optimizer, not the step: it must
+ * come from the device's own pool, so that once the step's gradients are
+ * dropped and the graph is freed no retired private pool stays behind (it
+ * would, holding the whole graph's memory, if the table came from it). The
+ * replay and a later eager step update both parameters. */
+Test(graph_cuda, an_optimizer_table_remade_inside_a_capture_does_not_hold_the_graph_pool) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  const int64_t n = 1000;
+  loom_tensor *ps[2] = {gpu_param(3.0, n), gpu_param(5.0, n)};
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
+  so.lr = 0.5;
+  loom_optimizer *opt = loom_sgd_new(ps, 2, &so);
+  cr_assert_not_null(opt, "%s", loom_last_error());
+  grad_of_ones(ps[0], n);  /* the eager step: ps[1] has no gradient yet */
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
+  int before = loom_alloc_private_count();
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  grad_of_ones(ps[0], n);
+  grad_of_ones(ps[1], n);  /* joins: the table is remade inside the capture */
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "captured step: %s", loom_last_error());
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);  /* the step's gradients (graph pool) are dropped */
+  loom_graph_free(g);
+  cr_assert_eq(loom_alloc_private_count(), before, "a block made during the capture (the optimizer's kernel table?) "
+               "still holds the graph's private pool");
+  assert_all(ps[0], 2.0, "parameter 0 after the eager step and one replay");
+  assert_all(ps[1], 4.5, "parameter 1 after one replay");
+  grad_of_ones(ps[0], n);
+  grad_of_ones(ps[1], n);
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "eager step after the graph: %s", loom_last_error());
+  assert_all(ps[0], 1.5, "parameter 0 after the last eager step");
+  assert_all(ps[1], 4.0, "parameter 1 after the last eager step");
+  loom_optimizer_free(opt);
+  loom_tensor_release(ps[0]);
+  loom_tensor_release(ps[1]);
   tk_leak_check();
 }

@@ -6,13 +6,16 @@
  * the memory counters equal loom_memory_stats_get at the same instants, the
  * summary's totals equal the trace's, allocations carry the op that made
  * them (trace and memory snapshot), loader threads get their own tracks,
- * and errors are reported, not ignored. */
+ * and errors are reported, not ignored. On a GPU (LOOM_TEST_DEVICE=cuda;
+ * skipped visibly without one) an op's device time comes from CUDA events
+ * and lies between zero and the host wall time around it. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loom/loom.h"
@@ -727,6 +730,59 @@ Test(prof, conv2d_flops) {
   cr_assert_eq(seen, 2, "conv2d and conv2d_backward rows: %d of 2", seen);
   loom_tensor_release(x);
   loom_tensor_release(w);
+  loom_tensor_release(b);
+  tk_leak_check();
+}
+
+/* CUDA-event device time (issue 22): five 1024x1024 matmuls on cuda:0 get a
+ * device time from the events recorded around each launch, and it is
+ * positive and no longer than the host wall time from before the first
+ * launch to after the device synchronize (device work cannot take longer
+ * than the interval that contains it). */
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+Test(prof_cuda, cuda_event_device_time_is_positive_and_within_the_wall_time) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  const int64_t s[2] = {1024, 1024};
+  loom_manual_seed(5);
+  loom_tensor *a = loom_randn(2, s, LOOM_F32, dev), *b = loom_randn(2, s, LOOM_F32, dev);
+  cr_assert(a && b, "%s", loom_last_error());
+  loom_scope_begin();
+  cr_assert_not_null(loom_matmul(a, b), "%s", loom_last_error());  /* cuBLAS handles and plans made outside the timing */
+  loom_scope_end();
+  cr_assert_eq(loom_device_synchronize(dev), LOOM_OK, "%s", loom_last_error());
+  loom_profiler_options o;
+  loom_profiler_options_init(&o);
+  o.device_timing = LOOM_PROFILER_DEVICE_TIME_AUTO;
+  o.record_memory = false;
+  cr_assert_eq(loom_profiler_start(&o), LOOM_OK, "%s", loom_last_error());
+  double t0 = now_us();
+  loom_scope_begin();
+  for (int k = 0; k < 5; k++) cr_assert_not_null(loom_matmul(a, b), "%s", loom_last_error());
+  loom_scope_end();
+  cr_assert_eq(loom_device_synchronize(dev), LOOM_OK, "%s", loom_last_error());
+  double wall = now_us() - t0;
+  cr_assert_eq(loom_profiler_stop(), LOOM_OK, "%s", loom_last_error());
+  loom_profiler_row rows[16];
+  int n = loom_profiler_summary_rows(rows, sizeof rows[0], 16);
+  cr_assert(n > 0 && n <= 16, "%d rows", n);
+  int seen = 0;
+  for (int r = 0; r < n; r++) {
+    if (strcmp(rows[r].name, "matmul")) continue;
+    seen = 1;
+    cr_assert_eq(rows[r].calls, 5);
+    cr_assert_gt(rows[r].device_total_us, 0, "no device time from the CUDA events");
+    cr_assert_leq(rows[r].device_total_us, wall, "device time %.1f us exceeds the %.1f us wall time around it",
+                  rows[r].device_total_us, wall);
+  }
+  cr_assert(seen, "no matmul row");
+  cr_assert_eq(loom_profiler_dropped_events(), 0);
+  loom_tensor_release(a);
   loom_tensor_release(b);
   tk_leak_check();
 }

@@ -4,7 +4,9 @@
  * segment), the process heap returns to where it was before loom ran a
  * training step (measured by the allocator of the C library, or ASan's), a
  * running profiler is stopped, memory still allocated is freed and named in
- * the error, and loom works again afterwards. On a GPU
+ * the error, and loom works again afterwards. While a data loader or a
+ * communicator is alive it refuses (LOOM_ERR_STATE naming them) and tears
+ * nothing down: the loader's workers keep running on intact memory. On a GPU
  * (LOOM_TEST_DEVICE=cuda) the device's free memory comes back after a step
  * that made the CUDA context, cuBLASLt and cuDNN plans and handles. */
 #include <criterion/criterion.h>
@@ -204,3 +206,67 @@ Test(shutdown_cuda, device_memory_comes_back) {
 #else
 Test(shutdown_cuda, device_memory_comes_back) { tk_require_device(loom_cuda(0)); }
 #endif
+
+static loom_dataset *index_ds(int64_t n) {
+  int32_t *x = malloc(sizeof(int32_t) * (size_t)n), *y = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) x[i] = y[i] = (int32_t)i;
+  loom_dataset *ds = loom_dataset_memory(x, LOOM_I32, 1, (int64_t[]){1}, y, LOOM_I32, n, true);
+  free(x);
+  free(y);
+  cr_assert_not_null(ds, "%s", loom_last_error());
+  return ds;
+}
+
+/* Checks every sample of the epoch arrives once, in order (no shuffle). */
+static void read_epoch(loom_loader *l, int64_t n) {
+  int64_t next = 0;
+  loom_tensor *x = NULL, *y = NULL;
+  while (next < n) {
+    loom_scope_begin();
+    cr_assert_eq(loom_loader_next(l, &x, &y), LOOM_OK, "batch at sample %lld: %s", (long long)next, loom_last_error());
+    double *v = tk_read(x);
+    int64_t b = loom_tensor_numel(x);
+    for (int64_t i = 0; i < b; i++) cr_assert_eq(v[i], (double)(next + i), "sample %lld", (long long)(next + i));
+    free(v);
+    next += b;
+    loom_scope_end();
+  }
+}
+
+/* A loader whose worker threads are running (issue 22: loom_shutdown freed
+ * the memory under them and they crashed): loom_shutdown refuses, names the
+ * loader and frees nothing (the CPU pool keeps its segments); the loader
+ * still delivers whole epochs; once it is freed loom_shutdown succeeds. The
+ * same for a communicator. */
+Test(shutdown, refused_while_a_loader_or_communicator_is_alive) {
+  const int64_t n = 400;
+  loom_dataset *ds = index_ds(n);
+  loom_loader_options o;
+  loom_loader_options_init(&o);
+  o.batch_size = 16;
+  o.workers = 2;
+  o.prefetch = 4;
+  loom_loader *l = loom_loader_new(ds, &o);
+  cr_assert_not_null(l, "%s", loom_last_error());
+  loom_dataset_release(ds);
+  read_epoch(l, 64);  /* workers running, batches prefetched */
+  int64_t reserved = stats(loom_cpu()).reserved_bytes[0].current;
+  cr_assert_gt(reserved, 0);
+  tk_assert_error(loom_shutdown(), LOOM_ERR_STATE, "refused", "1 data loader", "loom_loader_free");
+  cr_assert_eq(stats(loom_cpu()).reserved_bytes[0].current, reserved, "the refused shutdown gave memory back");
+  cr_assert_eq(loom_loader_start_epoch(l, 1), LOOM_OK, "%s", loom_last_error());
+  read_epoch(l, n);  /* the loader still works, whole epoch */
+  loom_comm *c = NULL;
+  loom_comm_options co;
+  loom_comm_options_init(&co);
+  co.init = "single";
+  cr_assert_eq(loom_comm_init(&co, &c), LOOM_OK, "%s", loom_last_error());
+  tk_assert_error(loom_shutdown(), LOOM_ERR_STATE, "1 data loader", "1 communicator", "loom_comm_free");
+  loom_loader_free(l);
+  tk_assert_error(loom_shutdown(), LOOM_ERR_STATE, "1 communicator");
+  cr_assert_not(strstr(loom_last_error(), "loader"), "%s", loom_last_error());
+  loom_comm_free(c);
+  cr_assert_eq(loom_shutdown(), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(stats(loom_cpu()).reserved_bytes[0].current, 0, "shutdown gave the CPU pool back");
+  tk_leak_check();
+}

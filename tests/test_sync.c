@@ -7,7 +7,9 @@
  * are bumped by the same wrappers) and on a GPU (LOOM_TEST_DEVICE=cuda).
  * The counters are shown to count: reading the loss afterwards is one
  * read-back, a stream and a device synchronize are one each. On a GPU the
- * step also re-uploads none of its kernel tables once warm. */
+ * step also re-uploads none of its kernel tables once warm. With expandable
+ * segments the step still waits for nothing, and the device synchronization
+ * each VMM unmap makes (vmm_cuda.c) is counted: one per unmap. */
 #include <math.h>
 
 #include "device/sync_stats.h"
@@ -109,4 +111,33 @@ DEVICE_TEST(sync, fp32_sgd_step_never_waits) { step_without_waits(dev, (cfg){LOO
 
 DEVICE_TEST(sync, bf16_adamw_without_scaling_never_waits) {
   step_without_waits(dev, (cfg){LOOM_PRECISION_MIXED_BF16, true, false});
+}
+
+/* Expandable segments (issue 22, prediction 9): the warm step waits for
+ * nothing with them either; then loom_empty_cache unmaps the free granules.
+ * On a GPU each unmap first synchronizes the device (queued kernels may
+ * still read the memory) and that wait must be counted, one device sync per
+ * unmap (num_device_frees); on the CPU unmapping pages waits for nothing. */
+DEVICE_TEST(sync, expandable_segments_step_never_waits_and_unmap_waits_are_counted) {
+  loom_alloc_options o;
+  loom_alloc_options_init(&o);
+  o.expandable_segments = 1;
+  cr_assert_eq(loom_alloc_set_device_config(dev, &o), LOOM_OK, "%s", loom_last_error());
+  step_without_waits(dev, (cfg){LOOM_PRECISION_MIXED_FP16, true, true});
+  loom_memory_stats st = {.struct_size = sizeof st};
+  cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
+  cr_assert_gt(st.reserved_bytes[0].current, 0, "the step's memory is cached");
+  int64_t frees = st.num_device_frees;
+  loom_sync_counts before = loom_sync_counts_get();
+  cr_assert_eq(loom_empty_cache(dev), LOOM_OK, "%s", loom_last_error());
+  loom_sync_counts after = loom_sync_counts_get();
+  cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
+  int64_t unmaps = st.num_device_frees - frees;
+  cr_assert_gt(unmaps, 0, "empty_cache unmapped nothing");
+  if (dev.kind == LOOM_CUDA)
+    cr_assert_eq(kind_delta(&before, &after, LOOM_SYNC_DEVICE), unmaps,
+                 "%lld unmaps, %lld device synchronizations counted", (long long)unmaps,
+                 (long long)kind_delta(&before, &after, LOOM_SYNC_DEVICE));
+  else
+    cr_assert_eq(loom_sync_waits_between(&before, &after), 0, "unmapping CPU pages waited");
 }

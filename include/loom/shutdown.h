@@ -14,7 +14,13 @@
  *
  * Before calling it, release or free every handle loom gave you (tensors,
  * modules, optimizers, scalers, loaders, graphs, communicators, streams,
- * events) and make sure no other thread is inside a loom call. Memory still
+ * events) and make sure no other thread is inside a loom call. While a data
+ * loader (its worker threads run on their own) or a communicator (an MPI
+ * communication thread, NCCL streams) is still alive, loom_shutdown refuses:
+ * it returns LOOM_ERR_STATE naming what is alive ("still alive: 1 data
+ * loader (...); 2 communicators (...)") and tears nothing down, so those
+ * objects keep working; free them (loom_loader_free, loom_comm_free) and
+ * call it again. Memory still
  * allocated at that point (a tensor not released) is freed all the same —
  * a handle still holding it is invalid afterwards — and the call returns
  * LOOM_ERR_STATE naming the device and how many bytes in how many blocks

@@ -129,6 +129,12 @@ static loom_amp_scaler_dev host_image(const loom_grad_scaler *s) {
 }
 
 static loom_status push_state(loom_grad_scaler *s) {
+  /* Inside a capture the upload would only be recorded, and replayed from a
+   * stack buffer long gone: the scaler's device state is set eagerly. */
+  if (loom_capture_current())
+    return loom_set_error(LOOM_ERR_STATE, "scaler: its state cannot be uploaded to cuda:%d during graph capture (first "
+                          "use on the device, or a restored state); use the scaler in one eager step before "
+                          "loom_graph_capture_begin", s->dev.index);
   loom_amp_scaler_dev h = host_image(s);
   loom_stream *ls = loom_stream_current(s->dev);
   if (!ls) return loom_last_status();
@@ -146,10 +152,15 @@ static loom_status on_device(loom_grad_scaler *s, loom_device dev) {
                             "per device", s->dev.index);
     return LOOM_OK;
   }
+  if (loom_capture_current())
+    return loom_set_error(LOOM_ERR_STATE, "scaler: its first use on cuda:%d cannot be captured (it uploads the "
+                          "scaler's device state); use the scaler in one eager step before loom_graph_capture_begin",
+                          dev.index);
   loom_stream *ls = loom_stream_current(dev);
   if (!ls) return loom_last_status();
   s->dev = dev;
-  LOOM_TRY(loom_alloc_malloc(dev, sizeof *s->d, ls, (void **)&s->d));
+  /* The scaler's, not the graph's: from the device's own pool. */
+  LOOM_TRY(loom_alloc_malloc_uncaptured(dev, sizeof *s->d, ls, (void **)&s->d));
   loom_status st = push_state(s);
   if (st != LOOM_OK) {
     loom_alloc_free(dev, s->d);

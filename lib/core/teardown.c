@@ -48,10 +48,26 @@ static void run(const hook *h, loom_status *first, char *msg, size_t n) {
   }
 }
 
+/* The busy checks: what is still alive, as "a; b" in msg (empty: nothing). */
+static void busy(char *msg, size_t n) {
+  size_t used = 0;
+  msg[0] = 0;
+  for (int i = 0; i < g_n; i++) {
+    if (g_hooks[i].kind != LOOM_HOOK_BUSY || g_hooks[i].fn() == LOOM_OK) continue;
+    int w = snprintf(msg + used, n - used, "%s%s", used ? "; " : "", loom_last_error());
+    if (w > 0) used += (size_t)w < n - used ? (size_t)w : n - used - 1;
+  }
+}
+
 loom_status loom_shutdown(void) {
   pthread_mutex_lock(&g_mu);
   loom_status first = LOOM_OK;
   char msg[512] = "";
+  busy(msg, sizeof msg);
+  if (msg[0]) {
+    pthread_mutex_unlock(&g_mu);
+    return loom_set_error(LOOM_ERR_STATE, "loom_shutdown: refused, nothing was torn down: still alive: %s", msg);
+  }
   /* Quiesce, lowest layer first: the devices finish what loom queued. */
   for (int l = 0; l < LOOM_LAYER_COUNT; l++)
     for (int i = 0; i < g_n; i++)

@@ -12,7 +12,14 @@
  * allocator before alloc returns the allocator's segments, and device
  * destroys the streams the allocator's events were recorded on last. A hook
  * must leave its state as before first use (loom may be used again) and be
- * a no-op when there is nothing to free. */
+ * a no-op when there is nothing to free.
+ *
+ * Before any of that, the busy checks (LOOM_BUSY_CHECK): a layer whose
+ * objects own threads or device work that teardown would pull memory from
+ * under (data loaders' worker threads, communicators) says whether any is
+ * still alive. If one is, loom_shutdown refuses with LOOM_ERR_STATE naming
+ * them and tears nothing down: freeing the caches under running threads
+ * crashes them. */
 #ifndef LOOM_CORE_TEARDOWN_H
 #define LOOM_CORE_TEARDOWN_H
 
@@ -41,7 +48,9 @@ typedef enum loom_layer {
  * returns once every other hook has run too. */
 typedef loom_status (*loom_teardown_fn)(void);
 
-enum { LOOM_HOOK_QUIESCE = 0, LOOM_HOOK_TEARDOWN = 1 };
+/* LOOM_HOOK_BUSY: LOOM_OK when nothing of the layer is alive, else
+ * LOOM_ERR_STATE with a message saying what (e.g. "2 data loaders"). */
+enum { LOOM_HOOK_QUIESCE = 0, LOOM_HOOK_TEARDOWN = 1, LOOM_HOOK_BUSY = 2 };
 
 /* Register fn (once; a second registration of the same fn is ignored).
  * Thread-safe; meant for load-time constructors (LOOM_TEARDOWN). */
@@ -55,6 +64,11 @@ void loom_teardown_register(loom_layer layer, int kind, loom_teardown_fn fn);
 #define LOOM_QUIESCE(layer, fn)                                                        \
   __attribute__((constructor)) static void loom_quiesce_reg_##fn(void) {               \
     loom_teardown_register((layer), LOOM_HOOK_QUIESCE, fn);                            \
+  }
+
+#define LOOM_BUSY_CHECK(layer, fn)                                                     \
+  __attribute__((constructor)) static void loom_busy_reg_##fn(void) {                  \
+    loom_teardown_register((layer), LOOM_HOOK_BUSY, fn);                               \
   }
 
 /* Hooks registered so far (tests). */

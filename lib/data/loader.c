@@ -25,7 +25,11 @@
  * the compute stream wait on copy_done. When the batch's tensors die,
  * compute_done is recorded on the compute stream. The only host-side wait is
  * a worker's, before it rewrites a pinned block whose previous copy could
- * still be in flight — off the consumer's path. */
+ * still be in flight — off the consumer's path.
+ *
+ * loom_shutdown refuses while a loader is alive (its workers would read
+ * memory the teardown frees): every loader is counted from loom_loader_new
+ * until loom_loader_free. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +42,20 @@
 #include "device/sync_stats.h"
 #include "prof/prof.h"
 #include "core/sys.h"
+#include "core/teardown.h"
 
 enum { SLOT_EMPTY = 0, SLOT_READY = 1, SLOT_ERROR = 2 };
+
+static atomic_int g_live_loaders;
+
+/* loom_shutdown's busy check (core/teardown.h). */
+static loom_status loaders_busy(void) {
+  int n = atomic_load(&g_live_loaders);
+  if (n == 0) return LOOM_OK;
+  return loom_set_error(LOOM_ERR_STATE, "%d data loader%s (worker threads, batch buffers; free with loom_loader_free)",
+                        n, n == 1 ? "" : "s");
+}
+LOOM_BUSY_CHECK(LOOM_LAYER_DATA, loaders_busy)
 
 struct loom_batch_buf {
   loom_loader *owner;
@@ -459,6 +475,7 @@ loom_loader *loom_loader_new(loom_dataset *ds, const loom_loader_options *opts) 
       goto fail;
     }
   }
+  atomic_fetch_add(&g_live_loaders, 1);
   return l;
 fail:
   loader_teardown(l);
@@ -710,4 +727,5 @@ void loom_loader_free(loom_loader *l) {
   bool last = --l->held == 0;
   pthread_mutex_unlock(&l->mu);
   if (last) loader_destroy_struct(l);
+  atomic_fetch_sub(&g_live_loaders, 1);
 }

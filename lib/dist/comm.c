@@ -13,6 +13,25 @@
 #include "dist/dist_internal.h"
 #include "prof/prof.h"
 #include "core/sys.h"
+#include "core/teardown.h"
+
+/* ---- communicators alive (loom_shutdown refuses while any is) --------------------- */
+
+static atomic_int g_live_comms;
+
+static void count_alive(loom_comm *c) {
+  c->counted = true;
+  atomic_fetch_add(&g_live_comms, 1);
+}
+
+/* loom_shutdown's busy check (core/teardown.h): an MPI communicator's thread
+ * and an NCCL communicator's streams would outlive what teardown frees. */
+static loom_status comms_busy(void) {
+  int n = atomic_load(&g_live_comms);
+  if (n == 0) return LOOM_OK;
+  return loom_set_error(LOOM_ERR_STATE, "%d communicator%s (free with loom_comm_free)", n, n == 1 ? "" : "s");
+}
+LOOM_BUSY_CHECK(LOOM_LAYER_DIST, comms_busy)
 
 /* ---- failure state ------------------------------------------------------------ */
 
@@ -323,6 +342,7 @@ loom_status loom_comm_init(const loom_comm_options *opt, loom_comm **out) {
   }
   if (st != LOOM_OK) return st;
   if (o.set_threads) loom_dist_apply_threads(c);
+  count_alive(c);
   *out = c;
   return LOOM_OK;
 }
@@ -350,11 +370,14 @@ loom_status loom_comm_init_all(int n, const int *cuda_indices, const loom_comm_o
                               idx == jdx ? "" : " (virtual devices)");
     }
   }
-  return loom_nccl_comm_init_all(n, cuda_indices, timeout, comms);
+  LOOM_TRY(loom_nccl_comm_init_all(n, cuda_indices, timeout, comms));
+  for (int i = 0; i < n; i++) count_alive(comms[i]);
+  return LOOM_OK;
 }
 
 void loom_comm_free(loom_comm *c) {
   if (!c) return;
+  if (c->counted) atomic_fetch_sub(&g_live_comms, 1);
   c->ops->destroy(c);
   pthread_mutex_destroy(&c->fail_mu);
   loom_sys_free(c);
@@ -462,6 +485,17 @@ loom_status loom_comm_barrier(loom_comm *c) {
 loom_status loom_comm_wait(loom_comm *c) {
   LOOM_TRY(check_comm(c, "comm_wait"));
   return c->ops->wait(c);
+}
+
+/* Declared in dist.h from the start but never defined until issue 22's
+ * NCCL timeout test needed it. */
+loom_stream *loom_comm_stream(loom_comm *c) {
+  if (!c) {
+    loom_set_error(LOOM_ERR_INVALID_ARG, "comm_stream: communicator is NULL");
+    return NULL;
+  }
+  if (c->ops->stream && c->impl) return c->ops->stream(c);
+  return loom_stream_current(c->device);
 }
 
 loom_status loom_comm_synchronize(loom_comm *c) {

@@ -29,6 +29,7 @@ typedef struct loom_comm_ops {
   loom_status (*check)(loom_comm *c);   /* may be NULL */
   void (*abort)(loom_comm *c);
   void (*destroy)(loom_comm *c);        /* frees impl (not c) */
+  loom_stream *(*stream)(loom_comm *c); /* the communication stream; NULL: the device's current one */
 } loom_comm_ops;
 
 struct loom_comm {
@@ -45,6 +46,7 @@ struct loom_comm {
   loom_status fail_code;
   char fail_msg[768];
   void *impl;
+  bool counted;             /* handed to the caller: counted alive until loom_comm_free */
 };
 
 #define LOOM_DIST_DEFAULT_TIMEOUT_S 300.0

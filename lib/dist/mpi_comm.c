@@ -340,7 +340,7 @@ static void m_destroy(loom_comm *c) {
 }
 
 static const loom_comm_ops mpi_ops = {m_all_reduce, m_broadcast, m_all_gather, m_barrier, m_synchronize,
-                                      m_synchronize, NULL, m_abort, m_destroy};
+                                      m_synchronize, NULL, m_abort, m_destroy, NULL};
 
 loom_status loom_mpi_comm_init(loom_device dev, double timeout_s, loom_comm **out) {
   LOOM_TRY(loom_mpi_ensure("comm_init"));

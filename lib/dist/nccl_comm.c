@@ -283,8 +283,10 @@ static void n_destroy(loom_comm *c) {
   c->impl = NULL;
 }
 
+static loom_stream *n_stream(loom_comm *c) { return ((nccl_impl *)c->impl)->stream; }
+
 static const loom_comm_ops nccl_ops = {n_all_reduce, n_broadcast, n_all_gather, n_barrier, n_wait,
-                                       n_synchronize, n_check, n_abort, n_destroy};
+                                       n_synchronize, n_check, n_abort, n_destroy, n_stream};
 
 /* The communicator's stream, events and barrier word (comm already set). */
 static loom_status attach(loom_comm *c, nccl_impl *n) {

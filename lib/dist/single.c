@@ -38,7 +38,7 @@ static void s_abort(loom_comm *c) { (void)c; }
 static void s_destroy(loom_comm *c) { (void)c; }
 
 static const loom_comm_ops single_ops = {s_all_reduce, s_broadcast, s_all_gather, s_noop, s_noop, s_noop, NULL, s_abort,
-                                         s_destroy};
+                                         s_destroy, NULL};
 
 loom_status loom_single_comm_init(loom_device dev, double timeout_s, loom_comm **out) {
   loom_comm *c = loom_comm_alloc(LOOM_COMM_SINGLE, dev, timeout_s);

@@ -245,6 +245,13 @@ static loom_status fused_step(loom_fused_optimizer *f, const int32_t *skip) {
   loom_optimizer *o = &f->base;
   bool on_gpu = o->device.kind == LOOM_CUDA;
   if (skip && !on_gpu) return loom_set_error(LOOM_ERR_INTERNAL, "optimizer_step: a device skip flag on the CPU");
+  /* The first GPU step uploads the device state (optim_cuda.c refuses it
+   * inside a capture too): refused here before moment buffers are made in
+   * the capture's pool. */
+  if (on_gpu && !o->cuda && loom_capture_current())
+    return loom_set_error(LOOM_ERR_STATE, "optimizer step: the first step of an optimizer on cuda:%d cannot be "
+                          "captured (it uploads the optimizer's device state); take one step before "
+                          "loom_graph_capture_begin", o->device.index);
   int *idx = f->scratch.idx;
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the

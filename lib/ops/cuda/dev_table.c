@@ -42,9 +42,12 @@ loom_status loom_dev_table_sync(loom_dev_table **tp, loom_device dev, const void
   loom_stream *s = loom_stream_current(dev);
   if (!s) return loom_last_status();
   /* A new buffer rather than an overwrite: launches still queued read the
-   * old one, which the allocator reuses only for work ordered after them. */
+   * old one, which the allocator reuses only for work ordered after them.
+   * From the device's own pool even inside a graph capture: the table
+   * belongs to its optimizer or scaler and outlives the graph, so it must
+   * not hold the graph's private pool alive (issue 22, prediction 9). */
   void *d = NULL;
-  LOOM_TRY(loom_alloc_malloc(dev, bytes ? bytes : 1, s, &d));
+  LOOM_TRY(loom_alloc_malloc_uncaptured(dev, bytes ? bytes : 1, s, &d));
   memcpy(t->host, host, bytes);
   /* From pageable memory: staged before the call returns, so t->host may
    * change next time without waiting. While a graph is captured the bytes

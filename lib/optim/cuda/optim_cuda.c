@@ -58,6 +58,13 @@ static loom_status upload(loom_cuda_ctx *c, void *dst, const void *src, size_t n
 }
 
 static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool adamw, loom_opt_cuda **out) {
+  /* The counts and corrections are uploaded from host memory once; inside a
+   * capture that upload would only be recorded (never run now, and run
+   * again at every replay), so the first step must be eager. */
+  if (loom_graph_capturing())
+    return loom_set_error(LOOM_ERR_STATE, "optimizer step: the first step of an optimizer on cuda:%d cannot be "
+                          "captured (it uploads the optimizer's device state); take one step before "
+                          "loom_graph_capture_begin", c->dev.index);
   loom_opt_cuda *s = loom_sys_calloc(1, sizeof *s);
   if (!s) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
   s->dev = c->dev;
@@ -74,7 +81,7 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
     for (int i = 0; i < a->n_params; i++) hc[i] = a->host_counts ? a->host_counts[i] : 0;
     hc[a->n_params] = a->host_steps;
     hc[a->n_params + 1] = a->sched_step;
-    st = loom_alloc_malloc(c->dev, cbytes, ls, (void **)&s->counts);
+    st = loom_alloc_malloc_uncaptured(c->dev, cbytes, ls, (void **)&s->counts);
   }
   if (st == LOOM_OK) st = upload(c, s->counts, hc, cbytes, "cudaMemcpyAsync(optimizer counts)");
   if (st == LOOM_OK && adamw) {
@@ -91,7 +98,8 @@ static loom_status state_new(loom_cuda_ctx *c, const loom_opt_cuda_args *a, bool
       hb[t - 1] = (float)(1.0 - pow(a->beta1, (double)t));
       hb[len + t - 1] = (float)(1.0 - pow(a->beta2, (double)t));
     }
-    if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, (size_t)(2 * len) * sizeof *hb, ls, (void **)&s->bc);
+    if (st == LOOM_OK)
+      st = loom_alloc_malloc_uncaptured(c->dev, (size_t)(2 * len) * sizeof *hb, ls, (void **)&s->bc);
     if (st == LOOM_OK) st = upload(c, s->bc, hb, (size_t)(2 * len) * sizeof *hb, "cudaMemcpyAsync(bias corrections)");
   }
   loom_sys_free(hc);
