@@ -350,7 +350,7 @@ loom_status loom_mpi_comm_init(loom_device dev, double timeout_s, loom_comm **ou
   mpi_impl *m = loom_sys_calloc(1, sizeof *m);
   if (!m) {
     loom_sys_free(c);
-    return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
+    return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory (%zu bytes for the MPI back end's state)", sizeof *m);
   }
   m->comm = MPI_COMM_NULL;
   pthread_mutex_init(&m->mu, NULL);
