@@ -6,7 +6,7 @@
 # loom_comm_init on that rank); then N = 1 .. P + 1, each in a fresh job
 # bounded by 60 s, until creation completes with no fault reached. Fails on
 # a hang, a crash, a "FAIL:" line, a missing report or a LeakSanitizer
-# report; MPI's own allocations are suppressed for LeakSanitizer.
+# report; MPI's own allocations are not counted (mpi_fault_comm.c says how).
 set -u
 prog=$1
 shift
