@@ -13,6 +13,9 @@
 #      installed into a fresh venv.
 #   5. observability: TensorBoard reads loom-mnist's event file, the metrics
 #      plot is a real PNG (scripts/check-observability.sh).
+# As root (CI), both ctest runs include dist_mpi_two_hosts: two ranks in two
+# network namespaces over TCP, the link cut mid-run (33-77 s each, bounded
+# by its own limits; skipped, saying why, when not root).
 # GPU tests run when a GPU is present (or LOOM_TEST_DEVICE=cuda insists);
 # otherwise they show as skipped.
 set -euo pipefail

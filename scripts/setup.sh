@@ -15,6 +15,8 @@ LOOM_APT_PACKAGES+=(python3-torchvision)
 LOOM_APT_PACKAGES+=(libjpeg62-turbo-dev libpng-dev python3-pil)
 # lib/dist's MPI back end and its multi-process tests (tests/dist).
 LOOM_APT_PACKAGES+=(libopenmpi-dev openmpi-bin)
+# tests/dist/check_two_hosts.sh: two network namespaces and a veth pair (ip).
+LOOM_APT_PACKAGES+=(iproute2)
 
 missing=()
 for p in "${LOOM_APT_PACKAGES[@]}" "$@"; do

@@ -248,6 +248,10 @@ Test(dlpack, failures_still_call_the_deleter_once) {
       {"cuda", "CUDA device 0", LOOM_ERR_DEVICE},
       {"ndim", "9 dimensions", LOOM_ERR_UNSUPPORTED},
       {"major", "major version 2", LOOM_ERR_UNSUPPORTED},
+      {"null data", "data is NULL", LOOM_ERR_INVALID_ARG},
+      {"unmapped data", "not mapped", LOOM_ERR_INVALID_ARG},
+      {"strides past the buffer", "not mapped", LOOM_ERR_INVALID_ARG},
+      {"2^80 elements", "too many elements", LOOM_ERR_SHAPE},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     g_deleted = 0;
@@ -262,6 +266,13 @@ Test(dlpack, failures_still_call_the_deleter_once) {
     if (!strcmp(w, "device")) d->device.device_type = 4;  /* OpenCL */
     if (!strcmp(w, "cuda")) d->device.device_type = LOOM_DL_CUDA;
     if (!strcmp(w, "ndim")) d->ndim = 9;
+    if (!strcmp(w, "null data")) d->data = NULL;
+    if (!strcmp(w, "unmapped data")) d->data = (void *)(uintptr_t)4096;  /* page 1: never mapped */
+    if (!strcmp(w, "strides past the buffer")) p->strides[0] = (int64_t)1 << 40;  /* 4 TiB on */
+    if (!strcmp(w, "2^80 elements")) {
+      p->shape[0] = p->shape[1] = (int64_t)1 << 40;
+      p->strides[0] = p->strides[1] = 0;
+    }
     loom_tensor *t;
     if (!strcmp(w, "major")) {
       p->v.version.major = 2;

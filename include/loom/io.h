@@ -169,8 +169,12 @@ LOOM_API struct DLManagedTensorVersioned *loom_to_dlpack_versioned(loom_tensor *
  * byte_offset. loom takes ownership of m in every case: m's deleter is
  * called exactly once — when the last loom tensor viewing the memory dies,
  * or before returning NULL on failure (unsupported dtype, device,
- * misalignment, a major version other than 1). A read-only versioned tensor
- * is copied (loom tensors are writable) and released at once. */
+ * misalignment, a major version other than 1, NULL data for a non-empty
+ * tensor, more elements or a wider extent than can be addressed, and, for
+ * host memory, strides/shape whose first or last byte is not in mapped
+ * memory: a producer's buffer they overrun is refused, not read; an overrun
+ * that lands in other mapped memory cannot be seen). A read-only versioned
+ * tensor is copied (loom tensors are writable) and released at once. */
 LOOM_API loom_tensor *loom_from_dlpack(struct DLManagedTensor *m);
 LOOM_API loom_tensor *loom_from_dlpack_versioned(struct DLManagedTensorVersioned *m);
 

@@ -38,7 +38,7 @@ LOOM_BUSY_CHECK(LOOM_LAYER_DIST, comms_busy)
 loom_comm *loom_comm_alloc(loom_comm_backend b, loom_device dev, double timeout_s) {
   loom_comm *c = loom_sys_calloc(1, sizeof *c);
   if (!c) {
-    loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
+    loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory (%zu bytes for the communicator)", sizeof *c);
     return NULL;
   }
   c->backend = b;

@@ -203,8 +203,9 @@ static void run_work(loom_comm *c, mpi_work *w) {
     }
     if (r == 2)
       loom_comm_fail(c, LOOM_ERR_COMM,
-                     "%s did not complete within the %g s timeout (rank %d of %d): another rank failed, was killed, or "
-                     "stopped issuing the same collectives in the same order",
+                     "%s did not complete within the %g s timeout (rank %d of %d): another rank failed or was killed, "
+                     "the network between the ranks is down, or a rank stopped issuing the same collectives in the same "
+                     "order",
                      what, w->timeout_s, c->rank, c->size);
     else if (r == 3)
       loom_comm_fail(c, LOOM_ERR_COMM, "%s was abandoned: the communicator was aborted (loom_comm_abort)", what);
@@ -349,7 +350,7 @@ loom_status loom_mpi_comm_init(loom_device dev, double timeout_s, loom_comm **ou
   mpi_impl *m = loom_sys_calloc(1, sizeof *m);
   if (!m) {
     loom_sys_free(c);
-    return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory");
+    return loom_set_error(LOOM_ERR_OOM, "comm_init: out of host memory (%zu bytes for the MPI back end's state)", sizeof *m);
   }
   m->comm = MPI_COMM_NULL;
   pthread_mutex_init(&m->mu, NULL);

@@ -199,7 +199,9 @@ loom_status loom_mpi_gather_facts(MPI_Comm comm, double timeout_s, const char *w
   MPI_Get_processor_name(me.host, &len);
   int cpus = loom_dist_affinity(me.mask, sizeof me.mask);
   rank_card *all = loom_sys_calloc((size_t)f->size, sizeof *all);
-  if (!all) return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory", what);
+  if (!all)
+    return loom_set_error(LOOM_ERR_OOM, "%s: out of host memory (%zu bytes for the %d ranks' host names and CPU masks)", what,
+                          (size_t)f->size * sizeof *all, f->size);
   MPI_Request req;
   loom_mpi_lock();
   int rc = MPI_Iallgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, comm, &req);

@@ -8,9 +8,21 @@
  * Import: the foreign memory becomes a loom storage whose release callback
  * calls the producer's deleter, so the deleter runs exactly once, when the
  * last loom tensor viewing it dies — from whatever thread that is. loom takes
- * ownership in every case: each failure path calls the deleter itself. */
+ * ownership in every case: each failure path calls the deleter itself.
+ *
+ * A capsule is checked before it is trusted: dtype, device, dimensions,
+ * shape, strides (non-negative; the element count and the extent they reach
+ * must be addressable), a data pointer that is not NULL and is aligned, and,
+ * for host memory, that the first and the last byte the strides reach lie
+ * in mapped pages (a stride or shape that does not describe the producer's
+ * buffer is refused instead of faulting later; holes in between cannot be
+ * seen). */
+#define _DEFAULT_SOURCE  /* mincore */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "device/device_internal.h"
 #include "io/dlpack_abi.h"
@@ -178,6 +190,19 @@ static void versioned_release(void *data, void *ctx) {
   if (m->deleter) m->deleter(m);
 }
 
+/* Whether the pages holding the bytes first and last are mapped (mincore
+ * answers ENOMEM for an unmapped page; it reads no memory). */
+static bool host_bytes_mapped(uintptr_t first, uintptr_t last) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return true;  /* cannot tell: trust the producer */
+  uintptr_t at[2] = {first, last};
+  for (int i = 0; i < 2; i++) {
+    unsigned char v;
+    if (mincore((void *)(at[i] - at[i] % (uintptr_t)page), 1, &v) != 0 && errno == ENOMEM) return false;
+  }
+  return true;
+}
+
 /* A tensor viewing d's memory whose storage calls release(ctx) when it dies.
  * Exactly one release(ctx) happens on every path: through the storage, or
  * here before returning NULL. */
@@ -228,8 +253,30 @@ static loom_tensor *import(const DLTensor *d, bool read_only, loom_storage_relea
       extent += (shape[i] - 1) * strides[i];
   }
   if (empty) extent = 0;
+  /* The element count too (zero strides repeat one element any number of times). */
+  int64_t numel = 1;
+  for (int i = 0; st == LOOM_OK && !empty && i < d->ndim; i++) {
+    if (shape[i] > 1 && numel > INT64_MAX / 16 / shape[i])
+      st = loom_set_error(LOOM_ERR_SHAPE, "from_dlpack: the shape has too many elements to address (dimension %d: %lld)", i,
+                          (long long)shape[i]);
+    else
+      numel *= shape[i];
+  }
   size_t es = loom_dtype_size(dt);
-  char *ptr = (char *)d->data + d->byte_offset;
+  if (st == LOOM_OK && extent > 0 && !d->data)
+    st = loom_set_error(LOOM_ERR_INVALID_ARG, "from_dlpack: data is NULL for a tensor of %lld elements", (long long)numel);
+  char *ptr = st == LOOM_OK ? (char *)d->data + d->byte_offset : NULL;
+  if (st == LOOM_OK && extent > 0) {
+    uintptr_t first = (uintptr_t)ptr, bytes = (uintptr_t)extent * es;
+    if (first + bytes - 1 < first)
+      st = loom_set_error(LOOM_ERR_SHAPE, "from_dlpack: the data (%p + byte_offset %llu) and strides wrap around the "
+                          "address space", d->data, (unsigned long long)d->byte_offset);
+    else if (dev.kind == LOOM_CPU && !host_bytes_mapped(first, first + bytes - 1))
+      st = loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "from_dlpack: the strides and shape reach %llu bytes from the data (%p + byte_offset %llu), "
+                          "past the producer's memory (that address is not mapped): they do not describe its buffer",
+                          (unsigned long long)bytes, d->data, (unsigned long long)d->byte_offset);
+  }
   if (st == LOOM_OK && extent > 0 && (uintptr_t)ptr % es != 0)
     st = loom_set_error(LOOM_ERR_UNSUPPORTED,
                         "from_dlpack: the data (%p + byte_offset %llu) is not aligned to its %zu-byte elements; copy it "
