@@ -367,3 +367,48 @@ CPU_TEST(transformer, malformed_inputs_are_errors) {
   tk_assert_fails(loom_gelu(tk_tensor(bad, 1, &s1, LOOM_I32, CPU)), LOOM_ERR_DTYPE, "gelu");
   (void)s0;
 }
+
+/* ---- thread-count independence ------------------------------------------------------------ */
+
+/* Attention, layer norm and the fused cross-entropy, forward and backward,
+ * with 1 and with 2 threads: the kernels give every output one writer and
+ * sum partials in a fixed order, so the bits must match. */
+static void transformer_results(int threads, double **out) {
+  loom_set_num_threads(threads);
+  loom_scope_begin();
+  tk_seed(2803);
+  int64_t sa[4] = {2, 2, 200, 64}, sl[2] = {300, 96}, d = 96, sx[2] = {300, 96}, sw[2] = {1000, 96}, n = 300;
+  loom_tensor *in[8] = {
+      tk_rand_tensor(4, sa, -1, 1, 0, LOOM_F32, CPU, NULL), tk_rand_tensor(4, sa, -1, 1, 0, LOOM_F32, CPU, NULL),
+      tk_rand_tensor(4, sa, -1, 1, 0, LOOM_F32, CPU, NULL), tk_rand_tensor(2, sl, -2, 2, 0, LOOM_F32, CPU, NULL),
+      tk_rand_tensor(1, &d, 0.5, 1.5, 0, LOOM_F32, CPU, NULL), tk_rand_tensor(1, &d, -1, 1, 0, LOOM_F32, CPU, NULL),
+      tk_rand_tensor(2, sx, -1, 1, 0, LOOM_F32, CPU, NULL), tk_rand_tensor(2, sw, -1, 1, 0, LOOM_F32, CPU, NULL)};
+  for (int k = 0; k < 8; k++) loom_set_requires_grad(in[k], true);
+  double *lab = malloc((size_t)n * sizeof *lab);
+  for (int64_t i = 0; i < n; i++) lab[i] = (double)((i * 37) % 1000);
+  loom_tensor *loss = loom_add(
+      loom_add(loom_sum_all(loom_mul(loom_scaled_dot_product_attention(in[0], in[1], in[2], true), in[0])),
+               loom_sum_all(loom_mul(loom_layer_norm(in[3], in[4], in[5], 1e-5), in[3]))),
+      loom_linear_cross_entropy(in[6], in[7], tk_tensor(lab, 1, &n, LOOM_I64, CPU)));
+  free(lab);
+  cr_assert_eq(loom_backward(loss), LOOM_OK, "%s", loom_last_error());
+  out[0] = tk_read(loss);
+  for (int k = 0; k < 8; k++) out[1 + k] = tk_read(loom_grad(in[k]));
+  loom_scope_end();
+  loom_set_num_threads(0);
+}
+
+CPU_TEST(transformer, results_do_not_depend_on_thread_count) {
+  static const int64_t sizes[9] = {1, 51200, 51200, 51200, 28800, 96, 96, 28800, 96000};
+  static const char *names[9] = {"loss", "dq", "dk", "dv", "layer_norm dx", "dweight", "dbias", "dx", "dw"};
+  double *one[9], *two[9];
+  transformer_results(1, one);
+  transformer_results(2, two);
+  for (int k = 0; k < 9; k++) {
+    for (int64_t i = 0; i < sizes[k]; i++)
+      cr_assert(one[k][i] == two[k][i], "%s[%lld]: %.9g with 1 thread, %.9g with 2", names[k], (long long)i,
+                one[k][i], two[k][i]);
+    free(one[k]);
+    free(two[k]);
+  }
+}
