@@ -154,7 +154,7 @@ typedef struct sw_known_failure {
   const char *why;
 } sw_known_failure;
 
-#define SW_NO_CUDA_YET "no CUDA kernel yet (issue 28 part 1 did the CPU ones; dispatch refuses)"
+#define SW_NO_CUDA_YET "no CUDA kernel yet (issue 28 part 1 did the CPU ones; the op says not implemented on CUDA)"
 #define SW_EVERYWHERE SW_FLOATS, SW_ALL_LAYOUTS, SW_ALL_SHAPES
 static const sw_known_failure sw_known[] = {
     {LOOM_OP_SOFTMAX, SW_EVERYWHERE, LOOM_CUDA, SW_NO_CUDA_YET},

@@ -195,7 +195,7 @@ LOOM_API loom_tensor *loom_add_relu(loom_tensor *a, loom_tensor *b);
 
 /* ---- transformers ---------------------------------------------------------- */
 /* CPU kernels (GELU also on CUDA); on CUDA the others fail with
- * LOOM_ERR_UNSUPPORTED ("no kernel for device cuda:N") for now. Strided
+ * LOOM_ERR_UNSUPPORTED ("not implemented on CUDA yet") for now. Strided
  * inputs are copied to contiguous ones first. */
 /* GELU, tanh approximation (GPT-2's; PyTorch's F.gelu(x, approximate="tanh")). */
 LOOM_API loom_tensor *loom_gelu(loom_tensor *x);
