@@ -193,6 +193,37 @@ LOOM_API loom_tensor *loom_flatten(loom_tensor *x, int start_dim, int end_dim);
  * both gradients from the output's mask in one pass. */
 LOOM_API loom_tensor *loom_add_relu(loom_tensor *a, loom_tensor *b);
 
+/* ---- transformers ---------------------------------------------------------- */
+/* CPU kernels (GELU also on CUDA); on CUDA the others fail with
+ * LOOM_ERR_UNSUPPORTED ("not implemented on CUDA yet") for now. Strided
+ * inputs are copied to contiguous ones first. */
+/* GELU, tanh approximation (GPT-2's; PyTorch's F.gelu(x, approximate="tanh")). */
+LOOM_API loom_tensor *loom_gelu(loom_tensor *x);
+/* exp(x) / sum(exp(x)) along dim, computed in f32 (stable: max subtracted). */
+LOOM_API loom_tensor *loom_softmax(loom_tensor *x, int dim);
+/* Rows of weight [V, D] picked by indices [...] (i32, i64 or u8) -> [..., D]
+ * (F.embedding). An index outside [0, V) is LOOM_ERR_INVALID_ARG naming it.
+ * Backward scatter-adds into weight's gradient (repeated indices add up). */
+LOOM_API loom_tensor *loom_embedding(loom_tensor *indices, loom_tensor *weight);
+/* LayerNorm over the last dim (F.layer_norm(x, [D], weight, bias, eps)):
+ * statistics in f32 whatever x's float dtype (biased variance); weight and
+ * bias [D] (any float dtype) or NULL. The mean and 1/sqrt(var + eps) of each
+ * row are saved for the fused backward (gradients: x, weight, bias). */
+LOOM_API loom_tensor *loom_layer_norm(loom_tensor *x, loom_tensor *weight, loom_tensor *bias, double eps);
+/* softmax(q kᵀ / sqrt(D)) v for q, k, v [..., T, D] of one shape and dtype
+ * (F.scaled_dot_product_attention; with is_causal, query i attends to keys
+ * j <= i). Fused: the [T, T] scores are never stored — tiled online softmax
+ * forward, keeping only the logsumexp of each query row ([..., T] f32), and
+ * backward recomputes the scores tile by tile. Memory beyond the inputs,
+ * output and gradients is O(T) per head. Computed in f32. */
+LOOM_API loom_tensor *loom_scaled_dot_product_attention(loom_tensor *q, loom_tensor *k, loom_tensor *v, bool is_causal);
+/* cross_entropy(x · weightᵀ, labels) for x [N, E], weight [V, E] (f32 both)
+ * and labels [N] (i32, i64 or u8) without holding the [N, V] logits: rows
+ * go through in chunks, the logsumexp of each row is kept ([N] f32) and
+ * backward recomputes each chunk's logits. A 0-d f32 mean; gradients: x,
+ * weight. */
+LOOM_API loom_tensor *loom_linear_cross_entropy(loom_tensor *x, loom_tensor *weight, loom_tensor *labels);
+
 /* ---- losses and metrics -------------------------------------------------- */
 LOOM_API loom_tensor *loom_log_softmax(loom_tensor *logits, int dim);
 /* Mean cross-entropy of logits [N, C] (float) against labels [N] (i32/i64/u8),

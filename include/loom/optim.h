@@ -98,6 +98,16 @@ LOOM_API double loom_optimizer_get_group_lr(const loom_optimizer *o, int g);    
 LOOM_API loom_status loom_optimizer_set_group_weight_decay(loom_optimizer *o, int g, double weight_decay);
 LOOM_API double loom_optimizer_get_group_weight_decay(const loom_optimizer *o, int g); /* NAN if g is out of range */
 
+/* Clip gradients by their global L2 norm (torch.nn.utils.clip_grad_norm_,
+ * norm_type 2): norm = sqrt(sum over the n parameters' gradients of their
+ * squares); when max_norm / (norm + 1e-6) < 1 every gradient is scaled by
+ * it in place. *total_norm (may be NULL) gets the norm before clipping.
+ * Parameters without a gradient are skipped. A non-finite norm is returned
+ * and leaves the gradients as they are (PyTorch would scale them to NaN).
+ * max_norm must be >= 0. Reads the norm back to the host (one sync per
+ * parameter on a GPU). */
+LOOM_API loom_status loom_clip_grad_norm(loom_tensor *const *params, int n, double max_norm, double *total_norm);
+
 /* Two groups from a model's parameters (loom_module_split_decay): group 0
  * the weights of convolutions and linear layers, with opt's weight_decay;
  * group 1 BatchNorm weights and biases and every bias, with weight decay 0

@@ -38,4 +38,11 @@ LOOM_GRAD_RULE(loom_grad_avg_pool2d);
 LOOM_GRAD_RULE(loom_grad_dropout);
 LOOM_GRAD_RULE(loom_grad_add_relu);
 LOOM_GRAD_RULE(loom_grad_cat);
+/* Transformer ops (grad_rules_transformer.c) */
+LOOM_GRAD_RULE(loom_grad_gelu);
+LOOM_GRAD_RULE(loom_grad_softmax);
+LOOM_GRAD_RULE(loom_grad_embedding);
+LOOM_GRAD_RULE(loom_grad_layer_norm);
+LOOM_GRAD_RULE(loom_grad_attention);
+LOOM_GRAD_RULE(loom_grad_linear_cross_entropy);
 #endif

@@ -47,6 +47,14 @@ static const loom_grad_def g_grads[LOOM_OP_COUNT] = {
   [LOOM_OP_DROPOUT] = {loom_grad_dropout, OUT1},
   [LOOM_OP_ADD_RELU] = {loom_grad_add_relu, OUT0},
   [LOOM_OP_CAT] = {loom_grad_cat, 0},
+  [LOOM_OP_GELU] = {loom_grad_gelu, IN(0)},
+  [LOOM_OP_SOFTMAX] = {loom_grad_softmax, OUT0},
+  [LOOM_OP_EMBEDDING] = {loom_grad_embedding, IN(0)},
+  /* layer_norm saves x, weight and its statistics (mean, rstd); never the bias. */
+  [LOOM_OP_LAYER_NORM] = {loom_grad_layer_norm, IN(0) | IN(1) | OUT1},
+  /* attention saves q, k, v, its output and the logsumexp of each query row: O(T) beyond the tensors. */
+  [LOOM_OP_ATTENTION] = {loom_grad_attention, IN(0) | IN(1) | IN(2) | OUT0 | OUT1},
+  [LOOM_OP_LINEAR_CROSS_ENTROPY] = {loom_grad_linear_cross_entropy, IN(0) | IN(1) | IN(2) | OUT1},
 };
 
 const loom_grad_def *loom_grad_get(loom_op_id op) {

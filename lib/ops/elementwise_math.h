@@ -13,7 +13,23 @@ enum {
   LOOM_EW_ADD, LOOM_EW_SUB, LOOM_EW_MUL, LOOM_EW_DIV, LOOM_EW_EQ, LOOM_EW_RELU_BW,
   LOOM_EW_ADD_S, LOOM_EW_MUL_S, LOOM_EW_RSUB_S, LOOM_EW_RDIV_S, LOOM_EW_POW_S,
   LOOM_EW_NEG, LOOM_EW_EXP, LOOM_EW_LOG, LOOM_EW_SQRT, LOOM_EW_RELU,
+  LOOM_EW_GELU, LOOM_EW_GELU_BW,
 };
+
+/* GELU, tanh approximation (GPT-2; PyTorch's approximate="tanh"):
+ * 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). */
+#define LOOM_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define LOOM_GELU_K1 0.044715f
+static inline LOOM_HD float loom_gelu_f(float x) {
+  float u = LOOM_GELU_K0 * (x + LOOM_GELU_K1 * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+/* d/dx: 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx, t = tanh(u). */
+static inline LOOM_HD float loom_gelu_grad_f(float x) {
+  float u = LOOM_GELU_K0 * (x + LOOM_GELU_K1 * x * x * x);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * LOOM_GELU_K0 * (1.0f + 3.0f * LOOM_GELU_K1 * x * x);
+}
 
 static inline LOOM_HD float loom_ew_binary(int op, float a, float b) {
   switch (op) {
@@ -23,6 +39,7 @@ static inline LOOM_HD float loom_ew_binary(int op, float a, float b) {
     case LOOM_EW_DIV: return a / b;
     case LOOM_EW_EQ: return a == b ? 1.0f : 0.0f;
     case LOOM_EW_RELU_BW: return b > 0.0f ? a : 0.0f;  /* a = dy, b = y */
+    case LOOM_EW_GELU_BW: return a * loom_gelu_grad_f(b);  /* a = dy, b = x */
     default: return 0.0f;
   }
 }
@@ -39,6 +56,7 @@ static inline LOOM_HD float loom_ew_unary(int op, float a, float s) {
     case LOOM_EW_LOG: return logf(a);
     case LOOM_EW_SQRT: return sqrtf(a);
     case LOOM_EW_RELU: return a > 0.0f ? a : 0.0f;  /* NaN -> 0, like a max(0, x) mask */
+    case LOOM_EW_GELU: return loom_gelu_f(a);
     default: return 0.0f;
   }
 }

@@ -22,6 +22,7 @@ double loom_op_flops(loom_op_id id, const loom_op_args *a) {
   case LOOM_OP_ADD_SCALAR: case LOOM_OP_MUL_SCALAR: case LOOM_OP_RSUB_SCALAR: case LOOM_OP_RDIV_SCALAR:
   case LOOM_OP_POW_SCALAR: case LOOM_OP_NEG: case LOOM_OP_EXP: case LOOM_OP_LOG: case LOOM_OP_SQRT:
   case LOOM_OP_RELU: case LOOM_OP_RELU_BACKWARD: case LOOM_OP_EQ:
+  case LOOM_OP_GELU: case LOOM_OP_GELU_BACKWARD:
     return numel(a->out[0]);
   case LOOM_OP_SUM: case LOOM_OP_MAX: case LOOM_OP_ARGMAX:
     return numel(x);
@@ -65,6 +66,39 @@ double loom_op_flops(loom_op_id id, const loom_op_args *a) {
   }
   case LOOM_OP_ADD_RELU:
     return 2.0 * numel(a->out[0]);
+  case LOOM_OP_SOFTMAX: /* max, subtract, exp, sum, scale */
+    return 5.0 * numel(x);
+  case LOOM_OP_SOFTMAX_BACKWARD: /* gy * y summed, subtract, multiply */
+    return 4.0 * numel(x);
+  case LOOM_OP_EMBEDDING_BACKWARD: /* one add per element of gy */
+    return numel(x);
+  case LOOM_OP_LAYER_NORM: /* sum, centred squares, normalize, scale, shift */
+    return 7.0 * numel(x);
+  case LOOM_OP_LAYER_NORM_BACKWARD: /* xhat, the two row sums, dx, dweight, dbias */
+    return 10.0 * numel(a->in[1]);
+  case LOOM_OP_ATTENTION:
+  case LOOM_OP_ATTENTION_BACKWARD: {
+    /* Per head, products of [T, D] by [D, T] or [T, T] by [T, D] (2 T^2 D
+     * each): forward q kᵀ and p v; backward recomputes q kᵀ and dO vᵀ in each
+     * of its two passes, plus dv, dk, dq: 7. Causal: about half. */
+    const loom_tensor *q = id == LOOM_OP_ATTENTION ? x : a->in[1];
+    double T = (double)q->shape[q->ndim - 2], D = (double)q->shape[q->ndim - 1];
+    double heads = numel(q) / (T * D > 0 ? T * D : 1);
+    double products = id == LOOM_OP_ATTENTION ? 2.0 : 7.0;
+    return products * 2.0 * heads * T * T * D * (a->i[0] ? 0.5 : 1.0);
+  }
+  case LOOM_OP_LINEAR_CROSS_ENTROPY: {
+    /* logits x wᵀ, then a log-softmax and a gather per row */
+    const loom_tensor *w = a->in[1];
+    double n = (double)x->shape[0], v = (double)w->shape[0], e = (double)w->shape[1];
+    return 2.0 * n * v * e + 5.0 * n * v;
+  }
+  case LOOM_OP_LINEAR_CROSS_ENTROPY_BACKWARD: {
+    /* the logits again, softmax - onehot, and the dx and dw products asked for */
+    const loom_tensor *w = a->in[2];
+    double n = (double)a->in[1]->shape[0], v = (double)w->shape[0], e = (double)w->shape[1];
+    return 2.0 * n * v * e + 4.0 * n * v + (a->out[0] ? 2.0 * n * v * e : 0) + (a->out[1] ? 2.0 * n * v * e : 0);
+  }
   default:
     return 0;
   }

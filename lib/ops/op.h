@@ -44,6 +44,19 @@ typedef enum loom_op_id {
   LOOM_OP_ADD_RELU,            /* relu(a + b), same shape and format */
   LOOM_OP_ADD_RELU_BACKWARD,   /* gy * (y > 0), written once per input that needs it */
   LOOM_OP_CAT,                 /* concatenation of 1..LOOM_OP_MAX_IN inputs along i[0] (lib/ops/api_cat.c) */
+  /* Transformer ops (issue 28); CPU kernels only so far, except GELU's. */
+  LOOM_OP_GELU,                /* tanh approximation (GPT-2's) */
+  LOOM_OP_GELU_BACKWARD,       /* (gy, x) -> gy * gelu'(x) */
+  LOOM_OP_SOFTMAX,             /* over the last dim */
+  LOOM_OP_SOFTMAX_BACKWARD,    /* (gy, y) -> y * (gy - sum(gy * y)) */
+  LOOM_OP_EMBEDDING,           /* (indices, weight [V, D]) -> [..., D] */
+  LOOM_OP_EMBEDDING_BACKWARD,  /* (gy, indices), i[0] = V -> dweight [V, D] (scatter-add) */
+  LOOM_OP_LAYER_NORM,          /* over the last dim: y, stats [rows, 2] f32 (mean, rstd) */
+  LOOM_OP_LAYER_NORM_BACKWARD, /* (gy, x, weight, stats) -> dx, dweight, dbias */
+  LOOM_OP_ATTENTION,           /* fused (causal) SDPA: out, logsumexp per query row [..., T] f32 */
+  LOOM_OP_ATTENTION_BACKWARD,  /* (gy, q, k, v, stats [..., T, 2]: lse, rowsum(gy * out)) -> dq, dk, dv */
+  LOOM_OP_LINEAR_CROSS_ENTROPY,          /* (x [N, E], w [V, E], labels [N]) -> mean loss, lse [N] f32 */
+  LOOM_OP_LINEAR_CROSS_ENTROPY_BACKWARD, /* (gy, x, w, labels, lse) -> dx, dw */
   LOOM_OP_COUNT
 } loom_op_id;
 

@@ -26,6 +26,16 @@ loom_status loom_infer_dropout(const char *opname, const loom_op_args *a, loom_o
 loom_status loom_infer_dropout_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_add_relu(const char *opname, const loom_op_args *a, loom_out_spec *o);
 loom_status loom_infer_add_relu_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+/* Transformer ops (shape_rules_transformer.c) */
+loom_status loom_infer_softmax(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_embedding(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_embedding_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_layer_norm(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_layer_norm_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_attention(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_attention_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_linear_cross_entropy(const char *opname, const loom_op_args *a, loom_out_spec *o);
+loom_status loom_infer_linear_cross_entropy_backward(const char *opname, const loom_op_args *a, loom_out_spec *o);
 /* api_cat.c */
 loom_status loom_infer_cat(const char *opname, const loom_op_args *a, loom_out_spec *o);
 #endif

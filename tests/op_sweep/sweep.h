@@ -192,5 +192,18 @@ void sw_case_add_relu(const sw_config *c);
 void sw_case_add_relu_backward(const sw_config *c);
 /* cases_cat.c */
 void sw_case_cat(const sw_config *c);
+/* cases_transformer.c */
+void sw_case_gelu(const sw_config *c);
+void sw_case_gelu_backward(const sw_config *c);
+void sw_case_softmax(const sw_config *c);
+void sw_case_softmax_backward(const sw_config *c);
+void sw_case_embedding(const sw_config *c);
+void sw_case_embedding_backward(const sw_config *c);
+void sw_case_layer_norm(const sw_config *c);
+void sw_case_layer_norm_backward(const sw_config *c);
+void sw_case_attention(const sw_config *c);
+void sw_case_attention_backward(const sw_config *c);
+void sw_case_linear_cross_entropy(const sw_config *c);
+void sw_case_linear_cross_entropy_backward(const sw_config *c);
 
 #endif

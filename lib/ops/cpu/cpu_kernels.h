@@ -30,5 +30,17 @@ loom_status loom_cpu_dropout(loom_op_args *a);
 loom_status loom_cpu_dropout_backward(loom_op_args *a);
 loom_status loom_cpu_add_relu(loom_op_args *a);
 loom_status loom_cpu_add_relu_backward(loom_op_args *a);
+/* Transformer ops: softmax_cpu.c, embedding_cpu.c, layer_norm_cpu.c,
+ * attention_cpu.c, linear_ce_cpu.c (GELU is elementwise). */
+loom_status loom_cpu_softmax(loom_op_args *a);
+loom_status loom_cpu_softmax_backward(loom_op_args *a);
+loom_status loom_cpu_embedding(loom_op_args *a);
+loom_status loom_cpu_embedding_backward(loom_op_args *a);
+loom_status loom_cpu_layer_norm(loom_op_args *a);
+loom_status loom_cpu_layer_norm_backward(loom_op_args *a);
+loom_status loom_cpu_attention(loom_op_args *a);
+loom_status loom_cpu_attention_backward(loom_op_args *a);
+loom_status loom_cpu_linear_cross_entropy(loom_op_args *a);
+loom_status loom_cpu_linear_cross_entropy_backward(loom_op_args *a);
 
 #endif

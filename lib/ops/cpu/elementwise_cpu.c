@@ -37,6 +37,7 @@ static void un_f32(int op, float s, const float *a, int64_t sa, float *o, int64_
     case LOOM_EW_MUL_S: UN_LOOP(x * s); break;
     case LOOM_EW_RELU: UN_LOOP(x > 0.0f ? x : 0.0f); break;
     case LOOM_EW_NEG: UN_LOOP(-x); break;
+    case LOOM_EW_GELU: UN_LOOP(loom_gelu_f(x)); break;
     default: for (int64_t j = 0; j < n; j++) o[j] = loom_ew_unary(op, a[j * sa], s); break;
   }
 }

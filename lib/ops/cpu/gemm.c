@@ -456,7 +456,15 @@ static void gemm_builtin(const gemm_args *g)
     for (int64_t jc = 0; jc < N; jc += kn->nc) {
       const int64_t nc = min64(kn->nc, N - jc);
       const int64_t nslv = ceil_div(nc, nr);
-      const int64_t s_lo = nslv * tj / tn, s_hi = nslv * (tj + 1) / tn;
+      /* Each thread's slivers are cut from the full panel's count (ntiles),
+         not this panel's: a short last panel then gives every thread a part
+         of its usual range. Cut from nslv, the last panel's ranges shifted,
+         and with private packing (no barrier) a thread that reached it
+         could overwrite slivers of the other buffer that a slower thread
+         was still reading two panels back (N > 2 * NC with a remainder,
+         e.g. GPT-2's 50257-word vocabulary: wrong, run-to-run different
+         products). */
+      const int64_t s_lo = min64(nslv, ntiles * tj / tn), s_hi = min64(nslv, ntiles * (tj + 1) / tn);
       for (int64_t pc = 0; pc < K; pc += kn->kc, slice++) {
         const int64_t kc = min64(kn->kc, K - pc);
         float *bpack = buf + (slice % nbbuf) * b_floats;

@@ -29,6 +29,8 @@ loom_status loom_cuda_log(loom_op_args *a);
 loom_status loom_cuda_sqrt(loom_op_args *a);
 loom_status loom_cuda_relu(loom_op_args *a);
 loom_status loom_cuda_relu_backward(loom_op_args *a);
+loom_status loom_cuda_gelu(loom_op_args *a);
+loom_status loom_cuda_gelu_backward(loom_op_args *a);
 loom_status loom_cuda_eq(loom_op_args *a);
 loom_status loom_cuda_sum(loom_op_args *a);
 loom_status loom_cuda_max(loom_op_args *a);

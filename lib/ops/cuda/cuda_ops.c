@@ -58,6 +58,8 @@ CUDA_EW(loom_cuda_exp, unary, LOOM_EW_EXP)
 CUDA_EW(loom_cuda_log, unary, LOOM_EW_LOG)
 CUDA_EW(loom_cuda_sqrt, unary, LOOM_EW_SQRT)
 CUDA_EW(loom_cuda_relu, unary, LOOM_EW_RELU)
+CUDA_EW(loom_cuda_gelu, unary, LOOM_EW_GELU)
+CUDA_EW(loom_cuda_gelu_backward, binary, LOOM_EW_GELU_BW)
 
 /* Strided copy with dtype conversion; the source may be a broadcast view
  * (stride 0), which is how fill_ works. */
