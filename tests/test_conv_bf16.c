@@ -202,6 +202,8 @@ static const ccase odd[] = {
     {"1x1 stride 2, 24->20", 2, 24, 9, 11, 20, 1, 1, 2, 2, 0, 0, 1, 1, true, false},
     {"5x5 padding 3, 7->45", 2, 7, 6, 5, 45, 5, 5, 1, 1, 3, 3, 1, 1, false, true},
     {"3x3 on 1x1 input, 1 image, 65->33", 1, 65, 1, 1, 33, 3, 3, 1, 1, 1, 1, 1, 1, true, true},
+    {"3x3 dilation 2x3, padding 2x3, 8->20", 2, 8, 10, 12, 20, 3, 3, 1, 1, 2, 3, 2, 3, true, false},
+    {"2x4 kernel, stride 2x3, 10->18 (col2im)", 3, 10, 9, 13, 18, 2, 4, 2, 3, 1, 2, 1, 1, false, true},
     {"3x3 stride 3, 64 images of 4x4", 64, 16, 4, 4, 16, 3, 3, 3, 3, 1, 1, 1, 1, true, false},
 };
 
