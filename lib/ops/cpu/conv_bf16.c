@@ -380,6 +380,86 @@ static loom_status backward_data(const loom_conv_geom *g, const uint16_t *dz, co
   return failed ? loom_set_error(LOOM_ERR_OOM, "conv2d backward (bf16): out of host memory in the GEMM") : LOOM_OK;
 }
 
+/* dW for an even channel count without an im2col matrix: the reduction
+ * runs over pixel pairs, so per chunk dZ is interleaved once into pairs
+ * (dzp [rows/2][ldo] words) and each tap's input pairs are interleaved in
+ * registers from the zero-padded chunk (loom_conv_bf16_ukr_dw_*). A
+ * chunk's odd last pixel pairs with a zero dZ and a zero input region. */
+static loom_status backward_filter_implicit(const loom_conv_geom *g, const uint16_t *dz, const uint16_t *xp,
+                                            float *parts, int64_t ngroups, int nt) {
+#if !defined(__x86_64__)
+  (void)g, (void)dz, (void)xp, (void)parts, (void)ngroups, (void)nt;
+  return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d backward (bf16): no AVX512_BF16 kernel on this architecture");
+#else
+  const int64_t P = g->OH * g->OW, C = g->C, Kg = g->KH * g->KW * C, O = g->O, HWC = g->H * g->W * C, WN = O * Kg;
+  const int64_t ntaps = g->KH * g->KW, Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, img = Hp * Wp * C;
+  const bool small = C <= 16;
+  const int64_t mo = small ? 16 : 12, cb = small ? 16 : 32, ldo = (O + mo - 1) / mo * mo;
+  const int64_t per = images_per_chunk(g), nqmax = (per * P + 1) / 2;
+  /* Per thread: the padded chunk plus a zero tail (one image and a vector
+     more: where the odd pixel's partner points, under any tap), the dZ
+     pairs and the pixel offsets. */
+  const int64_t pad_vals = ((per + 1) * img + 64 + 31) / 32 * 32;
+  const int64_t each = pad_vals / 2 + nqmax * ldo + 2 * nqmax * 2;
+  uint32_t *buf = loom_sys_aligned_alloc(64, ((size_t)nt * (size_t)each * sizeof(uint32_t) + 63) / 64 * 64);
+  int64_t *tapoff = loom_sys_malloc((size_t)ntaps * sizeof(int64_t));
+  if (!buf || !tapoff) {
+    loom_sys_free(buf), loom_sys_free(tapoff);
+    return loom_set_error(LOOM_ERR_OOM, "conv2d backward (bf16): out of host memory for the padded input");
+  }
+  memset(buf, 0, (size_t)nt * (size_t)each * sizeof(uint32_t));
+  for (int64_t kh = 0; kh < g->KH; kh++)
+    for (int64_t kw = 0; kw < g->KW; kw++) tapoff[kh * g->KW + kw] = (kh * g->dh * Wp + kw * g->dw) * C;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t gi = 0; gi < ngroups; gi++) {
+    uint32_t *mine = buf + (size_t)thread_id() * (size_t)each;
+    uint16_t *pad = (uint16_t *)mine;
+    uint32_t *dzp = mine + pad_vals / 2;
+    int64_t *off = (int64_t *)(dzp + nqmax * ldo);
+    float *part = parts + gi * WN;
+    float tile[16 * 32] __attribute__((aligned(64)));
+    const int64_t lo = gi * g->N / ngroups, hi = (gi + 1) * g->N / ngroups;
+    for (int64_t n0 = lo; n0 < hi; n0 += per) {
+      const int64_t imgs = min64(per, hi - n0), rows = imgs * P, nq = (rows + 1) / 2;
+      for (int64_t i = 0; i < imgs; i++)
+        for (int64_t h = 0; h < g->H; h++)
+          memcpy(pad + i * img + ((h + g->ph) * Wp + g->pw) * C, xp + (n0 + i) * HWC + h * g->W * C,
+                 (size_t)(g->W * C) * sizeof(uint16_t));
+      const uint16_t *dzc = dz + n0 * P * O;
+      for (int64_t q = 0; q < nq; q++) {
+        const uint16_t *r0 = dzc + 2 * q * O, *r1 = 2 * q + 1 < rows ? r0 + O : NULL;
+        uint32_t *d = dzp + q * ldo;
+        for (int64_t o = 0; o < O; o++) d[o] = (uint32_t)r0[o] | (r1 ? (uint32_t)r1[o] << 16 : 0u);
+        for (int64_t o = O; o < ldo; o++) d[o] = 0;
+      }
+      for (int64_t r = 0; r < 2 * nq; r++) {
+        if (r >= rows) {
+          off[r] = per * img; /* the zero tail */
+          continue;
+        }
+        const int64_t n = r / P, qq = r % P, oh = qq / g->OW, ow = qq % g->OW;
+        off[r] = n * img + (oh * g->sh * Wp + ow * g->sw) * C;
+      }
+      for (int64_t t = 0; t < ntaps; t++)
+        for (int64_t c0 = 0; c0 < C; c0 += cb) {
+          const int64_t nc = min64(cb, C - c0);
+          for (int64_t ob = 0; ob < O; ob += mo) {
+            if (small) loom_conv_bf16_ukr_dw_16x16(dzp + ob, ldo, pad + tapoff[t] + c0, off, nq, nc, tile);
+            else loom_conv_bf16_ukr_dw_12x32(dzp + ob, ldo, pad + tapoff[t] + c0, off, nq, nc, tile);
+            const int64_t mrows = min64(mo, O - ob);
+            for (int64_t i = 0; i < mrows; i++) {
+              float *d = part + (ob + i) * Kg + t * C + c0;
+              for (int64_t j = 0; j < nc; j++) d[j] += tile[i * 32 + j];
+            }
+          }
+        }
+    }
+  }
+  loom_sys_free(buf), loom_sys_free(tapoff);
+  return LOOM_OK;
+#endif
+}
+
 /* dw = sum over images of dzᵀ · col, stored as [O][C][KH][KW] in dw's dtype. */
 static loom_status backward_filter(const loom_conv_geom *g, const uint16_t *dz, const uint16_t *x, loom_tensor *dw) {
   const int64_t P = g->OH * g->OW, Kg = g->KH * g->KW * g->C, O = g->O, HWC = g->H * g->W * g->C, WN = O * Kg;
@@ -389,28 +469,37 @@ static loom_status backward_filter(const loom_conv_geom *g, const uint16_t *dz, 
   const int64_t ngroups = g->N < FILTER_GROUPS ? g->N : FILTER_GROUPS;
   int nt = threads();
   if (nt > ngroups) nt = (int)ngroups;
-  const int64_t each = per * P * Kg * (int64_t)sizeof(uint16_t) / (int64_t)sizeof(float) + 1 + WN;
+  const bool implicit = g->C % 2 == 0;
+  const int64_t each = implicit ? 0 : per * P * Kg * (int64_t)sizeof(uint16_t) / (int64_t)sizeof(float) + 1 + WN;
   float *buf = loom_sys_malloc((size_t)(nt * each + (ngroups + 1) * WN) * sizeof(float));
   if (!buf) return loom_set_error(LOOM_ERR_OOM, "conv2d backward (bf16): out of host memory for the im2col buffer");
   float *parts = buf + nt * each, *canon = parts + ngroups * WN;
   int failed = 0;
+  if (implicit) {
+    memset(parts, 0, (size_t)(ngroups * WN) * sizeof(float));
+    if (backward_filter_implicit(g, dz, x, parts, ngroups, nt) != LOOM_OK) {
+      loom_sys_free(buf);
+      return loom_last_status();
+    }
+  } else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int64_t gi = 0; gi < ngroups; gi++) {
-    float *tmp = buf + (size_t)thread_id() * (size_t)each;
-    uint16_t *col = (uint16_t *)(tmp + WN);
-    float *part = parts + gi * WN;
-    const int64_t lo = gi * g->N / ngroups, hi = (gi + 1) * g->N / ngroups;
-    for (int64_t n0 = lo; n0 < hi; n0 += per) {
-      const int64_t imgs = min64(per, hi - n0), rows = imgs * P;
-      for (int64_t i = 0; i < imgs; i++) im2col(g, x + (n0 + i) * HWC, col + i * P * Kg, Kg);
-      loom_gemm_bf16_out o = {.c = n0 == lo ? part : tmp, .ldc = Kg};
-      if (loom_cpu_gemm_bf16(true, false, O, Kg, rows, dz + n0 * P * O, O, col, Kg, &o) != LOOM_OK) {
+    for (int64_t gi = 0; gi < ngroups; gi++) {
+      float *tmp = buf + (size_t)thread_id() * (size_t)each;
+      uint16_t *col = (uint16_t *)(tmp + WN);
+      float *part = parts + gi * WN;
+      const int64_t lo = gi * g->N / ngroups, hi = (gi + 1) * g->N / ngroups;
+      for (int64_t n0 = lo; n0 < hi; n0 += per) {
+        const int64_t imgs = min64(per, hi - n0), rows = imgs * P;
+        for (int64_t i = 0; i < imgs; i++) im2col(g, x + (n0 + i) * HWC, col + i * P * Kg, Kg);
+        loom_gemm_bf16_out o = {.c = n0 == lo ? part : tmp, .ldc = Kg};
+        if (loom_cpu_gemm_bf16(true, false, O, Kg, rows, dz + n0 * P * O, O, col, Kg, &o) != LOOM_OK) {
 #pragma omp atomic write
-        failed = 1;
-        break;
+          failed = 1;
+          break;
+        }
+        if (n0 != lo)
+          for (int64_t i = 0; i < WN; i++) part[i] += tmp[i];
       }
-      if (n0 != lo)
-        for (int64_t i = 0; i < WN; i++) part[i] += tmp[i];
     }
   }
   if (!failed) {

@@ -28,6 +28,16 @@ void loom_conv_bf16_ukr_taps_12x32(const uint32_t *x, const int64_t *off, const 
                                    int64_t cp, const uint32_t *b, float *c, int64_t ldc);
 void loom_conv_bf16_ukr_taps_24x16(const uint32_t *x, const int64_t *off, const int64_t *tapoff, int64_t ntaps,
                                    int64_t cp, const uint32_t *b, float *c, int64_t ldc);
+
+/* Weight-gradient tiles, k over pixel pairs: c[i][j] (ld 32) = sum over
+ * q < nq of dzp[q*ldo + i] (the dZ values of pixels 2q and 2q+1 for output
+ * channel i, pair-interleaved) times x[off[2q] + j] and x[off[2q+1] + j]
+ * (input channel j of those pixels under one tap; j < nc, the rest zero).
+ * 12 x 32: 12 output channels x up to 32 input channels; 16 x 16. */
+void loom_conv_bf16_ukr_dw_12x32(const uint32_t *dzp, int64_t ldo, const uint16_t *x, const int64_t *off, int64_t nq,
+                                 int64_t nc, float *c);
+void loom_conv_bf16_ukr_dw_16x16(const uint32_t *dzp, int64_t ldo, const uint16_t *x, const int64_t *off, int64_t nq,
+                                 int64_t nc, float *c);
 #endif
 
 #endif

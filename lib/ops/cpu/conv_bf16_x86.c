@@ -98,6 +98,53 @@ BF16_TARGET void loom_conv_bf16_ukr_taps_24x16(const uint32_t *restrict x, const
 #pragma GCC unroll 24
   for (int i = 0; i < 24; i++) _mm512_storeu_ps(c + i * ldc, acc[i]);
 }
+
+/* ---- weight gradient: k runs over pixel pairs ----------------------------- */
+/* word j of the result: (x0[j], x1[j]), x0's value in the low half. */
+static const uint16_t pair_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+
+BF16_TARGET void loom_conv_bf16_ukr_dw_12x32(const uint32_t *restrict dzp, int64_t ldo, const uint16_t *restrict x,
+                                             const int64_t *restrict off, int64_t nq, int64_t nc, float *restrict c) {
+  const __mmask32 m = nc >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << nc) - 1u);
+  const __m512i lo = _mm512_loadu_si512(pair_idx), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __m512 acc0[12], acc1[12];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) acc0[i] = _mm512_setzero_ps(), acc1[i] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < nq; q++, dzp += ldo) {
+    const __m512i x0 = _mm512_maskz_loadu_epi16(m, x + off[2 * q]), x1 = _mm512_maskz_loadu_epi16(m, x + off[2 * q + 1]);
+    const __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(x0, lo, x1);
+    const __m512bh b1 = (__m512bh)_mm512_permutex2var_epi16(x0, hi, x1);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32((int)dzp[i]);
+      acc0[i] = _mm512_dpbf16_ps(acc0[i], av, b0);
+      acc1[i] = _mm512_dpbf16_ps(acc1[i], av, b1);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) {
+    _mm512_storeu_ps(c + i * 32, acc0[i]);
+    _mm512_storeu_ps(c + i * 32 + 16, acc1[i]);
+  }
+}
+
+BF16_TARGET void loom_conv_bf16_ukr_dw_16x16(const uint32_t *restrict dzp, int64_t ldo, const uint16_t *restrict x,
+                                             const int64_t *restrict off, int64_t nq, int64_t nc, float *restrict c) {
+  const __mmask32 m = (__mmask32)((1u << (nc >= 16 ? 16 : nc)) - 1u);
+  const __m512i lo = _mm512_loadu_si512(pair_idx);
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < nq; q++, dzp += ldo) {
+    const __m512i x0 = _mm512_maskz_loadu_epi16(m, x + off[2 * q]), x1 = _mm512_maskz_loadu_epi16(m, x + off[2 * q + 1]);
+    const __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(x0, lo, x1);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_set1_epi32((int)dzp[i]), b0);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) _mm512_storeu_ps(c + i * 32, acc[i]);
+}
 #else
 typedef int loom_conv_bf16_x86_unused; /* ISO C forbids an empty translation unit. */
 #endif
