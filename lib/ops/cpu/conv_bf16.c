@@ -1,31 +1,39 @@
-/* conv_bf16.c — conv2d on bf16 operands with the AVX512_BF16 GEMM
- * (gemm_bf16.h) instead of widening x, w and dy to f32 and running the f32
- * paths: channels-last (NHWC), groups 1, any kernel size, stride, padding
- * and dilation. conv_cpu.c hands a call over when loom_conv_bf16_applies.
+/* conv_bf16.c — conv2d on bf16 operands with AVX512_BF16 dot products
+ * (vdpbf16ps, f32 accumulation) instead of widening x, w and dy to f32 and
+ * running the f32 paths: channels-last (NHWC), groups 1, any kernel size,
+ * stride, padding and dilation. conv_cpu.c hands a call over when
+ * loom_conv_bf16_applies.
  *
- * Per chunk of images (rows = images x P output pixels, Kg = KH*KW*C):
- *   forward:  col [rows][Kg] (bf16 im2col, (kh, kw, c) order, one copy of
- *             KW*C values per tap row where it lies inside the image);
- *             y [rows][O] = col · wrᵀ with wr [O][KH][KW][C] bf16, bias,
- *             ReLU and the rounding to bf16 fused in the GEMM's epilogue.
+ * Per chunk of images (rows = images x P output pixels, Kg = KH*KW*C, the
+ * weight reordered to wr [O][KH][KW][C] and packed once like the GEMM's B):
+ *   forward:  y [rows][O] = x ⊛ wr. Even C: the chunk is copied into a
+ *             zero-padded buffer and the micro-kernels read each tap's
+ *             channel pairs from it (implicit im2col, conv_bf16_x86.c);
+ *             odd C: an im2col matrix first. Bias, ReLU and the rounding
+ *             to bf16 in the GEMM's epilogue, per finished tile.
  *   backward-data: at stride 1, the forward convolution of dz with the
  *             flipped, channel-swapped weight (padding dh*(KH-1) - ph);
- *             else dcol [rows][Kg] (f32) = dz · wr, scatter-added (col2im)
- *             into an f32 dx, rounded once to bf16.
- *   backward-filter: dW [O][Kg] += dzᵀ · col, f32, summed over a fixed
- *             number of image groups in order (the same result for any
+ *             else dcol [rows][Kg] (f32) = dz · wr on the bf16 GEMM,
+ *             scatter-added (col2im) into an f32 dx, rounded once.
+ *   backward-filter: dW [O][Kg] = Σ dzᵀ · col, the reduction over pixel
+ *             pairs. Even C: dz interleaved into pairs once per chunk, the
+ *             input pairs interleaved in registers from the padded chunk;
+ *             odd C: im2col + the bf16 GEMM. f32 partial sums per fixed
+ *             group of images, added in order (the same result for any
  *             number of threads), reordered to [O][C][KH][KW].
  * dz = dy masked by the fused ReLU stays bf16 (masking does not change a
  * value); the bias gradient sums it in double as the f32 path does.
  *
  * Numerics: as gemm_bf16.h — the f32 sum of exact bf16 products, within
- * Kg * 2^-24 * sum|products| of the exact sum (backward-data adds up to
- * KH*KW such sums in f32 more), plus one rounding to the output dtype. Not
+ * K * 2^-24 * sum|products| of the exact sum (K terms; col2im adds up to
+ * KH*KW partial sums more), plus one rounding to the output dtype. Not
  * bit-identical to the widening path; LOOM_CPU_ISA=avx512 keeps that one.
+ * vdpbf16ps treats bf16 subnormal inputs as zero.
  *
- * Threads: chunks of images are split between threads (each with its own
- * buffers, each GEMM on one thread); with fewer chunks than threads the
- * chunks run in turn on the multithreaded GEMM. */
+ * Threads: chunks of images (forward, backward-data) or image groups
+ * (weight gradient) are split between threads, each with its own buffers;
+ * with fewer chunks than threads the chunks run in turn (the GEMM then
+ * threads itself). */
 #include <stdlib.h>
 #include <string.h>
 
