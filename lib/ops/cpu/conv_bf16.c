@@ -31,9 +31,9 @@
  * vdpbf16ps treats bf16 subnormal inputs as zero.
  *
  * Threads: chunks of images (forward, backward-data) or image groups
- * (weight gradient) are split between threads, each with its own buffers;
- * with fewer chunks than threads the chunks run in turn (the GEMM then
- * threads itself). */
+ * (weight gradient) are split between threads, each with its own buffers.
+ * With fewer images than threads they run on one thread (except the GEMM
+ * parts, which thread themselves): batches for training have enough. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,17 +72,19 @@ bool loom_conv_bf16_applies(const loom_conv_geom *g, const loom_op_args *a, bool
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Images per chunk: about ROWS_TARGET GEMM rows, at least one image. */
-static int64_t images_per_chunk(const loom_conv_geom *g) {
-  const int64_t P = g->OH * g->OW;
-  int64_t k = ROWS_TARGET / P;
-  if (k < 1) k = 1;
-  return min64(k, g->N);
-}
-
 static int threads(void) {
   int nt = loom_get_num_threads();
   return nt < 1 ? 1 : nt;
+}
+
+/* Images per chunk: about ROWS_TARGET GEMM rows, at least one image, and
+ * few enough that every thread gets a chunk when there are enough images. */
+static int64_t images_per_chunk(const loom_conv_geom *g) {
+  const int64_t P = g->OH * g->OW, nt = threads();
+  int64_t k = ROWS_TARGET / P;
+  if (k > (g->N + nt - 1) / nt) k = (g->N + nt - 1) / nt;
+  if (k < 1) k = 1;
+  return min64(k, g->N);
 }
 
 static int thread_id(void) {
