@@ -4,7 +4,9 @@ a ResNet training step on synthetic data (one random batch made once, as
 timm's benchmark and `loom-resnet --synthetic` do), SGD momentum 0.9
 Nesterov with weight decay 5e-4 on conv/fc weights only (BN parameters and
 biases in a group without it, as loom_sgd_new_for_module does), cross
-entropy, in NCHW or channels-last, f32 or AMP (autocast fp16 + GradScaler).
+entropy, in NCHW or channels-last, f32, AMP (CUDA: autocast fp16 + GradScaler)
+or --bf16 (CPU: torch.autocast("cpu", dtype=torch.bfloat16), what
+bench/resnet/run_resnet_bf16.sh compares loom --precision bf16 with).
 
     /usr/bin/python3 bench/resnet/pytorch_resnet_step.py --model resnet20 --batch 128 --steps 20 --format nhwc
 
@@ -125,6 +127,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--format", choices=["nchw", "nhwc"], default="nchw")
     ap.add_argument("--amp", action="store_true", help="autocast fp16 + GradScaler (CUDA)")
+    ap.add_argument("--bf16", action="store_true", help="autocast bf16 on the CPU (torch.autocast(\"cpu\"))")
     ap.add_argument("--shortcut", choices=["A", "B"], default="A")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--size", default="", help="CxHxW instead of the model's usual input")
@@ -145,6 +148,7 @@ def main():
     x = torch.randn(a.batch, *shape, device=dev).to(memory_format=mf)
     y = torch.arange(a.batch, device=dev) * 7919 % classes
     use_amp = a.amp and dev.type == "cuda"
+    use_bf16 = a.bf16 and dev.type == "cpu"
     scaler = None
     if use_amp:  # torch.amp.GradScaler on torch 2.x, torch.cuda.amp's on 1.13
         scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
@@ -157,6 +161,11 @@ def main():
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
+        elif use_bf16:  # bf16 has f32's range: no loss scaling
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
         else:
             loss = F.cross_entropy(model(x), y)
             loss.backward()
@@ -176,7 +185,7 @@ def main():
         loss = step()
     sync()
     dt = time.perf_counter() - t0
-    print(f"bench=pytorch_resnet_step model={a.model} device={a.device} format={a.format} amp={int(use_amp)} "
+    print(f"bench=pytorch_resnet_step model={a.model} device={a.device} format={a.format} amp={int(use_amp)} bf16={int(use_bf16)} "
           f"batch={a.batch} input={'x'.join(map(str, shape))} threads={torch.get_num_threads()} steps={a.steps} "
           f"samples_per_s={a.batch * a.steps / dt:.1f} step_ms={1e3 * dt / a.steps:.2f} "
           f"torch={torch.__version__} loss={loss.item():.4f}")

@@ -273,7 +273,8 @@ LOOM_API loom_status loom_set_cpu_gemm(const char *name);
 LOOM_API const char *loom_cpu_gemm_name(void);
 /* Instruction set of loom's CPU kernels (built-in GEMM, convolutions, f16
  * conversion): "avx512bf16" (AVX-512 plus AVX512_BF16: bf16 Linear layers
- * use bf16 dot products with f32 accumulation instead of widening to f32),
+ * and channels-last conv2d use bf16 dot products with f32 accumulation
+ * instead of widening to f32),
  * "avx512", "avx2", "scalar" (portable C), or "auto" / NULL (the widest this
  * CPU runs: the default). Same as env LOOM_CPU_ISA, read at
  * first use; a bad LOOM_CPU_ISA makes conv2d, matmul and linear on the CPU

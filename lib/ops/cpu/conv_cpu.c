@@ -1,4 +1,5 @@
-/* conv_cpu.c — the conv2d CPU kernels the op table points at: operand
+/* conv_cpu.c — the conv2d CPU kernels the op table points at: bf16 handed
+ * to conv_bf16.c where the CPU has AVX512_BF16, else operand
  * preparation (f16/bf16 widened to f32, the weight gathered from any strides,
  * the fused ReLU's mask applied to dy, the bias gradient), then one of the
  * convolution paths of conv_cpu.h, then one rounding of each result to its
@@ -144,6 +145,7 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   loom_conv_geom g;
   LOOM_TRY(geom_of(a, x, w, b, &g));
   if (loom_shape_numel(4, y->shape) == 0) return LOOM_OK;
+  if (loom_conv_bf16_applies(&g, a, false)) return loom_conv_bf16_forward(&g, a);
   bool xo = false;
   float *xf = NULL, *wf = NULL, *bf = NULL;
   loom_status st = dense_f32(x, &xf, &xo);
@@ -252,6 +254,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     }
     return LOOM_OK;
   }
+  if (loom_conv_bf16_applies(&g, a, true)) return loom_conv_bf16_backward(&g, a);
   bool dzo = false;
   float *dz;
   LOOM_TRY(dense_f32(gy, &dz, &dzo));

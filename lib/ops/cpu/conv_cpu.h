@@ -2,7 +2,8 @@
  * work in f32 on dense buffers in the tensor's own memory format
  * (g->nhwc): x [N][C][H][W] or [N][H][W][C], likewise y / dy / dx; the
  * weight in the canonical [O][C/G][KH][KW] order; bias [O] or NULL.
- * conv_cpu.c converts f16/bf16 to f32 and back around them.
+ * conv_cpu.c converts f16/bf16 to f32 and back around them — except the
+ * bf16 path (conv_bf16.c), which takes bf16 tensors as they are.
  *
  * Threads: every function here may run several at once on different data;
  * each parallelises itself with OpenMP. */
@@ -67,6 +68,14 @@ loom_status loom_conv_depthwise_forward(const loom_conv_geom *g, const float *x,
                                         float *y);
 loom_status loom_conv_depthwise_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
 loom_status loom_conv_depthwise_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
+
+/* bf16 operands on the AVX512_BF16 GEMM (conv_bf16.c): NHWC, groups 1,
+ * x / w (and dy, and y under a fused ReLU) bf16, outputs bf16 or f32, the
+ * instruction set avx512bf16 (cpu_isa.h). They take the op's tensors
+ * directly (no f32 copies); conv_cpu.c calls them before the f32 paths. */
+bool loom_conv_bf16_applies(const loom_conv_geom *g, const loom_op_args *a, bool backward);
+loom_status loom_conv_bf16_forward(const loom_conv_geom *g, const loom_op_args *a);
+loom_status loom_conv_bf16_backward(const loom_conv_geom *g, loom_op_args *a);
 
 /* conv_layout.c. Copy one image (NCHW [C][H][W] or NHWC [H][W][C]) into the
  * interior of a zeroed padded channels-last buffer [.][Wp][Cp] at (ph, pw);

@@ -18,7 +18,8 @@ typedef enum loom_cpu_isa_level {
   LOOM_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA */
   LOOM_CPU_ISA_AVX512 = 2, /* AVX-512F */
   /* AVX-512F/BW + AVX512_BF16: as avx512 for f32, and bf16 matmul / linear
-   * compute with vdpbf16ps (gemm_bf16.h) instead of widening to f32. */
+   * / NHWC conv2d compute with vdpbf16ps (gemm_bf16.h, conv_bf16.c)
+   * instead of widening to f32. */
   LOOM_CPU_ISA_AVX512BF16 = 3,
 } loom_cpu_isa_level;
 #define LOOM_CPU_ISA_COUNT 4

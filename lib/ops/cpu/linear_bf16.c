@@ -64,10 +64,8 @@ loom_status loom_cpu_linear_bf16(loom_op_args *a) {
   return st;
 }
 
-/* dz = dy where y > 0 (bits of a positive, non-NaN bf16: 0x0001..0x7f80),
- * else 0, in place; db[j] = column sums of dz (double accumulation, as the
- * f32 path). Threads own column chunks. */
-static void mask_and_bias_grad(uint16_t *dz, const uint16_t *y, int64_t M, int64_t N, float *db) {
+/* Threads own column chunks; f32 partial sums over 16 rows, then double. */
+void loom_cpu_bf16_mask_bias_grad(uint16_t *dz, const uint16_t *y, int64_t M, int64_t N, float *db) {
   const int64_t chunk = 256, nch = (N + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (M * N >= LOOM_CPU_PAR_MIN)
   for (int64_t c = 0; c < nch; c++) {
@@ -117,7 +115,7 @@ loom_status loom_cpu_linear_bf16_backward(loom_op_args *a) {
     if (!dbp) st = loom_set_error(LOOM_ERR_OOM, "linear backward: out of host memory");
   }
   if (st == LOOM_OK && (relu || db)) {
-    mask_and_bias_grad(dz, relu ? loom_tensor_ptr(y) : NULL, M, N, dbp);
+    loom_cpu_bf16_mask_bias_grad(dz, relu ? loom_tensor_ptr(y) : NULL, M, N, dbp);
     if (db && dbp != loom_tensor_ptr(db)) loom_cpu_store_f32(loom_tensor_ptr(db), db->dtype, db->strides[0], N, dbp);
   }
   if (st == LOOM_OK && dw) {
