@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_soak.sh [--build DIR] [--out DIR] [--name NAME] [-- bench_soak args...] —
 # issue 24 part 3's soak: runs build/bench/bench_soak for the MNIST MLP
-# (20,000 steps, batch 128) and ResNet-20 (2,000 steps, batch 32), both at
-# once and under `nice -n 10` (a shared machine), each with evaluation and a
+# (784->256->256->10, 20,000 steps, batch 64) and ResNet-20 (2,000 steps,
+# batch 32), both at once and under `nice -n 10` (a shared machine), each with evaluation and a
 # checkpoint every 500 steps and the profiler on for 50 steps of every 200;
 # then bench/soak/check_soak.py (is every series flat after warm-up?) and
 # plot_soak.py (the PNG). Writes OUT/NAME-mlp.csv, OUT/NAME-resnet20.csv,
