@@ -84,7 +84,8 @@ def main():
             ap.error("--warmup takes MODEL=STEPS, got %r" % w)
         warmup[m] = int(n)
     ok = check(load(a.csv), warmup, a.tolerance)
-    print("\nverdict: %s" % ("every series flat after warm-up" if ok else "SOMETHING GROWS (or shrinks)"))
+    print("\nverdict: %s" % ("every series flat after warm-up" if ok else
+                            "SOMETHING GROWS (or shrinks), or too few samples after warm-up"))
     return 0 if ok else 1
 
 
