@@ -32,6 +32,10 @@ void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *a, const float *b, floa
  * 8x8 register transposes; needs AVX (the caller checks avx2). */
 void loom_gemm_pack_bt_avx2(const float *B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n, int nr,
                             float *dst);
+/* The same for a 16-bit B (f16 when is_f16, else bf16), widened to f32 as it
+ * is transposed. Needs AVX2, and F16C for f16 (the caller checks). */
+void loom_gemm_pack_bt16_avx2(const void *B, bool is_f16, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                              int nr, float *dst);
 #endif
 
 #endif

@@ -1,0 +1,147 @@
+/* test_cpu_lowp.c — the CPU's 16-bit fast paths give the same bits as the
+ * code they replaced:
+ *  - bf16 runs (loom_cpu_load_f32 / loom_cpu_store_f32, AVX2) against
+ *    half.h's scalar conversion, every bf16 pattern and the rounding
+ *    boundaries of f32 -> bf16 (ties, NaNs, overflow), odd run lengths;
+ *  - the Linear layer with f16/bf16 operands (widened by the GEMM's packing,
+ *    loom_cpu_sgemm_widen) against the path it replaced: the f32 layer on
+ *    widened copies, results rounded once — forward and backward, with and
+ *    without ReLU, dy owned or not, shapes with tile edges and several K
+ *    slices, at every instruction set this CPU runs. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "loom/loom.h"
+#include "ops/cpu/cpu_isa.h"
+#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/cpu_util.h"
+#include "support/testkit.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd32(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (uint32_t)(rng >> 32);
+}
+static float bitsf(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* ---- bf16 runs ----------------------------------------------------------- */
+
+Test(cpu_lowp, bf16_runs_match_half_h) {
+  /* Every bf16 pattern widened, in runs of odd length (the vector body and
+     the scalar tail). */
+  enum { NP = 65536 };
+  uint16_t *h = malloc(NP * sizeof *h), *back = malloc(NP * sizeof *back);
+  float *f = malloc(NP * sizeof *f);
+  cr_assert(h && back && f);
+  for (uint32_t b = 0; b < NP; b++) h[b] = (uint16_t)b;
+  for (int64_t j0 = 0; j0 < NP; j0 += 1021) {
+    int64_t n = NP - j0 < 1021 ? NP - j0 : 1021;
+    loom_cpu_load_f32(h + j0, LOOM_BF16, 1, n, f + j0);
+  }
+  for (uint32_t b = 0; b < NP; b++) {
+    uint32_t u;
+    memcpy(&u, &f[b], 4);
+    cr_assert_eq(u, b << 16, "bf16 0x%04x widened to 0x%08x", b, u);
+  }
+  /* Narrowing: each bf16 value, the ties above it, their neighbours, both
+     signs, NaNs with many payloads, infinities, random bits. */
+  float *src = malloc(8 * NP * sizeof *src);
+  uint16_t *got = malloc(8 * NP * sizeof *got);
+  cr_assert(src && got);
+  int64_t n = 0;
+  for (uint32_t b = 0; b < 0x8000u; b++) {
+    uint32_t base = b << 16;
+    uint32_t pts[4] = {base, base + 0x7fffu, base + 0x8000u, base + 0x8001u};
+    for (int i = 0; i < 4; i++) {
+      src[n++] = bitsf(pts[i]);
+      src[n++] = bitsf(pts[i] | 0x80000000u);
+    }
+  }
+  for (; n < 8 * NP; n++) src[n] = bitsf(rnd32());
+  src[5] = INFINITY, src[6] = -INFINITY, src[7] = NAN;
+  loom_cpu_store_f32(got, LOOM_BF16, 1, n - 3, src); /* odd length: a tail */
+  loom_cpu_store_f32(got + n - 3, LOOM_BF16, 1, 3, src + n - 3);
+  for (int64_t j = 0; j < n; j++) {
+    uint32_t u;
+    memcpy(&u, &src[j], 4);
+    cr_assert_eq(got[j], loom_bfloat_from_f32(src[j]), "f32 0x%08x: run 0x%04x, half.h 0x%04x", u, got[j],
+                 loom_bfloat_from_f32(src[j]));
+  }
+  free(h), free(back), free(f), free(src), free(got);
+}
+
+/* ---- Linear with 16-bit operands ------------------------------------------ */
+
+static loom_tensor *rand16(int ndim, const int64_t *shape, loom_dtype dt) {
+  loom_tensor *t = loom_cast(loom_randn(ndim, shape, LOOM_F32, loom_cpu()), dt);
+  cr_assert(t, "%s", loom_last_error());
+  return t;
+}
+
+static void same_bits(loom_tensor *a, loom_tensor *b, const char *what) {
+  cr_assert_eq(loom_tensor_dtype(a), loom_tensor_dtype(b), "%s", what);
+  int64_t n = loom_tensor_numel(a);
+  cr_assert_eq(n, loom_tensor_numel(b), "%s", what);
+  const uint16_t *p = loom_tensor_data(a), *q = loom_tensor_data(b);
+  for (int64_t i = 0; i < n; i++)
+    cr_assert_eq(p[i], q[i], "%s: element %lld is 0x%04x, the widening path gives 0x%04x", what, (long long)i, p[i],
+                 q[i]);
+}
+
+/* Forward and backward of one [M,K] x [N,K] layer in dtype dt, against the
+ * f32 layer on widened copies with its results rounded to dt. */
+static void linear_case(loom_dtype dt, int64_t M, int64_t N, int64_t K, int act, bool overwrite) {
+  loom_scope_begin();
+  int64_t sx[2] = {M, K}, sw[2] = {N, K}, sb[1] = {N}, sy[2] = {M, N};
+  loom_tensor *x = rand16(2, sx, dt), *w = rand16(2, sw, dt), *b = rand16(1, sb, dt), *gy = rand16(2, sy, dt);
+  loom_tensor *x32 = loom_cast(x, LOOM_F32), *w32 = loom_cast(w, LOOM_F32), *b32 = loom_cast(b, LOOM_F32);
+
+  loom_tensor *y = loom_empty(2, sy, dt, loom_cpu()), *y32 = loom_empty(2, sy, LOOM_F32, loom_cpu());
+  loom_op_args f = {.in = {x, w, b}, .n_in = 3, .out = {y}, .n_out = 1, .i = {act}};
+  cr_assert_eq(loom_cpu_linear(&f), LOOM_OK, "%s", loom_last_error());
+  loom_op_args f32 = {.in = {x32, w32, b32}, .n_in = 3, .out = {y32}, .n_out = 1, .i = {act}};
+  cr_assert_eq(loom_cpu_linear(&f32), LOOM_OK, "%s", loom_last_error());
+  same_bits(y, loom_cast(y32, dt), "y");
+
+  loom_tensor *gy32 = loom_cast(gy, LOOM_F32), *yw32 = loom_cast(y, LOOM_F32);
+  loom_tensor *dx = loom_empty(2, sx, dt, loom_cpu()), *dw = loom_empty(2, sw, dt, loom_cpu());
+  loom_tensor *db = loom_empty(1, sb, dt, loom_cpu());
+  loom_tensor *dx32 = loom_empty(2, sx, LOOM_F32, loom_cpu()), *dw32 = loom_empty(2, sw, LOOM_F32, loom_cpu());
+  loom_tensor *db32 = loom_empty(1, sb, LOOM_F32, loom_cpu());
+  loom_op_args bw = {.in = {gy, x, w, y}, .n_in = 4, .out = {dx, dw, db}, .n_out = 3, .i = {act, 0, 0, 0, overwrite}};
+  cr_assert_eq(loom_cpu_linear_backward(&bw), LOOM_OK, "%s", loom_last_error());
+  loom_op_args bw32 = {.in = {gy32, x32, w32, yw32}, .n_in = 4, .out = {dx32, dw32, db32}, .n_out = 3,
+                       .i = {act, 0, 0, 0, overwrite}};
+  cr_assert_eq(loom_cpu_linear_backward(&bw32), LOOM_OK, "%s", loom_last_error());
+  same_bits(dx, loom_cast(dx32, dt), "dX");
+  same_bits(dw, loom_cast(dw32, dt), "dW");
+  same_bits(db, loom_cast(db32, dt), "db");
+  loom_scope_end();
+}
+
+static void linear_all(loom_dtype dt) {
+  const char *isas[] = {"scalar", "avx2", "avx512"};
+  for (int l = 0; l < 3; l++) {
+    if (!loom_cpu_isa_runs((loom_cpu_isa_level)l)) continue;
+    /* avx512, not avx512bf16: bf16 must take the widening path here. */
+    cr_assert_eq(loom_set_cpu_isa(isas[l]), LOOM_OK, "%s", loom_last_error());
+    loom_manual_seed(11);
+    linear_case(dt, 37, 45, 70, LOOM_ACT_RELU, false);   /* tile edges everywhere */
+    linear_case(dt, 130, 70, 300, LOOM_ACT_RELU, true);  /* two K slices, dy owned */
+    linear_case(dt, 64, 33, 19, LOOM_ACT_NONE, false);
+    linear_case(dt, 128, 100, 1000, LOOM_ACT_NONE, true);
+  }
+  loom_set_cpu_isa(NULL);
+  tk_leak_check();
+}
+
+Test(cpu_lowp, linear_f16_matches_widening_path) { linear_all(LOOM_F16); }
+Test(cpu_lowp, linear_bf16_matches_widening_path) { linear_all(LOOM_BF16); }
