@@ -7,7 +7,11 @@
  *    loom_cpu_sgemm_widen) against the path it replaced: the f32 layer on
  *    widened copies, results rounded once — forward and backward, with and
  *    without ReLU, dy owned or not, shapes with tile edges and several K
- *    slices, at every instruction set this CPU runs. */
+ *    slices, at every instruction set this CPU runs;
+ *  - the AVX2 AdamW / SGD updates (with the f16/bf16 copy written in the same
+ *    pass) and the AVX2 unscale against the portable loops
+ *    (LOOM_CPU_ISA=scalar), on odd sizes, with values that overflow f16 and
+ *    gradients that are inf or NaN for the unscale. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +23,8 @@
 #include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "amp/unscale_kernels.h"
+#include "optim/optim_kernels.h"
 #include "support/testkit.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -145,3 +151,111 @@ static void linear_all(loom_dtype dt) {
 
 Test(cpu_lowp, linear_f16_matches_widening_path) { linear_all(LOOM_F16); }
 Test(cpu_lowp, linear_bf16_matches_widening_path) { linear_all(LOOM_BF16); }
+
+/* ---- optimizer updates and the unscale: AVX2 against the portable loops -- */
+
+static float frand(void) { return (float)((double)(rnd32() >> 8) / 16777216.0 * 2.0 - 1.0); }
+
+enum { NPAR = 4 };
+static const int64_t PSIZE[NPAR] = {1, 29, 4096 + 13, 70001}; /* tails, several blocks, threads */
+
+typedef struct opt_state {
+  float *p[NPAR], *m[NPAR], *v[NPAR], *g[NPAR];
+  uint16_t *lowp[NPAR];
+} opt_state;
+
+static void opt_init(opt_state *s, uint64_t seed) {
+  rng = seed;
+  for (int i = 0; i < NPAR; i++) {
+    int64_t n = PSIZE[i];
+    s->p[i] = malloc(n * 4), s->m[i] = malloc(n * 4), s->v[i] = malloc(n * 4), s->g[i] = malloc(n * 4);
+    s->lowp[i] = calloc((size_t)n, 2);
+    cr_assert(s->p[i] && s->m[i] && s->v[i] && s->g[i] && s->lowp[i]);
+    for (int64_t j = 0; j < n; j++) {
+      /* Some parameters beyond f16's range (their copy becomes inf). */
+      s->p[i][j] = frand() * (j % 17 == 0 ? 1e5f : 1.0f);
+      s->m[i][j] = frand() * 0.1f, s->v[i][j] = fabsf(frand()) * 0.01f, s->g[i][j] = frand();
+    }
+    /* A NaN parameter in the vector body and in the tail: it stays NaN and
+       its copy is the canonical NaN (a lone NaN operand: the same payload
+       on every path). */
+    if (n > 40) s->p[i][n / 2] = NAN, s->p[i][n - 1] = NAN;
+  }
+}
+static void opt_free(opt_state *s) {
+  for (int i = 0; i < NPAR; i++) free(s->p[i]), free(s->m[i]), free(s->v[i]), free(s->g[i]), free(s->lowp[i]);
+}
+static void opt_same(const opt_state *a, const opt_state *b, const char *what) {
+  for (int i = 0; i < NPAR; i++) {
+    size_t n = (size_t)PSIZE[i];
+    cr_assert(!memcmp(a->p[i], b->p[i], n * 4), "%s: param %d differs", what, i);
+    cr_assert(!memcmp(a->m[i], b->m[i], n * 4), "%s: first buffer %d differs", what, i);
+    cr_assert(!memcmp(a->v[i], b->v[i], n * 4), "%s: second buffer %d differs", what, i);
+    cr_assert(!memcmp(a->lowp[i], b->lowp[i], n * 2), "%s: low-precision copy %d differs", what, i);
+  }
+}
+
+/* Three steps of AdamW then SGD (momentum, nesterov, first step) on s. */
+static void opt_run(opt_state *s, loom_dtype lowp_dt, bool with_lowp) {
+  int64_t numel[NPAR];
+  for (int i = 0; i < NPAR; i++) numel[i] = PSIZE[i];
+  loom_param_group g = {NPAR, s->p, (const float **)s->g, s->m, s->v, with_lowp ? s->lowp : NULL, lowp_dt, numel};
+  for (int t = 1; t <= 3; t++) {
+    loom_adamw_hparams h = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f - powf(0.9f, (float)t),
+                            1.0f - powf(0.999f, (float)t)};
+    cr_assert_eq(loom_cpu_adamw_step(&g, &h), LOOM_OK);
+  }
+  for (int t = 0; t < 3; t++) {
+    loom_sgd_hparams h = {0.05f, 0.9f, 0.1f, 1e-3f, t == 2, t == 0};
+    cr_assert_eq(loom_cpu_sgd_step(&g, &h), LOOM_OK);
+  }
+  g.buf1 = NULL; /* SGD without momentum */
+  loom_sgd_hparams h = {0.05f, 0.0f, 0.0f, 1e-3f, 0, 0};
+  cr_assert_eq(loom_cpu_sgd_step(&g, &h), LOOM_OK);
+}
+
+Test(cpu_lowp, optimizer_avx2_matches_scalar) {
+  if (!loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) cr_skip_test("no AVX2: nothing to compare");
+  const loom_dtype dts[3] = {LOOM_F16, LOOM_BF16, LOOM_F32};
+  for (int d = 0; d < 3; d++) {
+    opt_state a, b;
+    opt_init(&a, 99 + d), opt_init(&b, 99 + d);
+    cr_assert_eq(loom_set_cpu_isa("scalar"), LOOM_OK);
+    opt_run(&a, dts[d] == LOOM_F32 ? LOOM_F16 : dts[d], dts[d] != LOOM_F32);
+    cr_assert_eq(loom_set_cpu_isa("avx2"), LOOM_OK);
+    opt_run(&b, dts[d] == LOOM_F32 ? LOOM_F16 : dts[d], dts[d] != LOOM_F32);
+    loom_set_cpu_isa(NULL);
+    opt_same(&a, &b, d == 0 ? "f16 copy" : d == 1 ? "bf16 copy" : "no copy");
+    opt_free(&a), opt_free(&b);
+  }
+}
+
+Test(cpu_lowp, unscale_avx2_matches_scalar) {
+  if (!loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) cr_skip_test("no AVX2: nothing to compare");
+  const int64_t n = 40000 + 5;
+  const loom_dtype dts[3] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+  for (int d = 0; d < 3; d++)
+    for (int acc = 0; acc < 2; acc++)
+      for (int with_bad = 0; with_bad < 3; with_bad++) {
+        float *src = malloc(n * 4), *d0 = malloc(n * 4), *d1 = malloc(n * 4);
+        uint16_t *s16 = malloc(n * 2);
+        cr_assert(src && d0 && d1 && s16);
+        rng = 5 + d;
+        for (int64_t j = 0; j < n; j++) src[j] = frand() * 1000.0f, d0[j] = d1[j] = frand();
+        if (with_bad == 1) src[777] = NAN;          /* in the vector body */
+        if (with_bad == 2) src[n - 2] = -INFINITY;  /* in the tail */
+        if (dts[d] != LOOM_F32) loom_cpu_store_f32(s16, dts[d], 1, n, src);
+        const void *sp = dts[d] == LOOM_F32 ? (const void *)src : s16;
+        loom_amp_unscale_item it0 = {sp, d0, n, dts[d], acc}, it1 = {sp, d1, n, dts[d], acc};
+        int bad0 = 0, bad1 = 0;
+        cr_assert_eq(loom_set_cpu_isa("scalar"), LOOM_OK);
+        cr_assert_eq(loom_cpu_amp_unscale(&it0, 1, 1.0f / 1024.0f, &bad0), LOOM_OK);
+        cr_assert_eq(loom_set_cpu_isa("avx2"), LOOM_OK);
+        cr_assert_eq(loom_cpu_amp_unscale(&it1, 1, 1.0f / 1024.0f, &bad1), LOOM_OK);
+        loom_set_cpu_isa(NULL);
+        cr_assert_eq(bad0, with_bad != 0, "dtype %d acc %d: scalar found_inf %d", d, acc, bad0);
+        cr_assert_eq(bad1, bad0, "dtype %d acc %d: avx2 found_inf %d, scalar %d", d, acc, bad1, bad0);
+        cr_assert(!memcmp(d0, d1, n * 4), "dtype %d acc %d: the unscaled gradients differ", d, acc);
+        free(src), free(d0), free(d1), free(s16);
+      }
+}
