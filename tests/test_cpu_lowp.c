@@ -3,6 +3,9 @@
  *  - bf16 runs (loom_cpu_load_f32 / loom_cpu_store_f32, AVX2) against
  *    half.h's scalar conversion, every bf16 pattern and the rounding
  *    boundaries of f32 -> bf16 (ties, NaNs, overflow), odd run lengths;
+ *  - loom_cpu_sgemm_widen (16-bit A and/or B widened while packed) against
+ *    loom_cpu_sgemm on widened copies: every transpose pair, padded leading
+ *    dimensions, tile edges, several K slices, 1 and 2 threads;
  *  - the Linear layer with f16/bf16 operands (widened by the GEMM's packing,
  *    loom_cpu_sgemm_widen) against the path it replaced: the f32 layer on
  *    widened copies, results rounded once — forward and backward, with and
@@ -23,6 +26,7 @@
 #include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/gemm.h"
 #include "amp/unscale_kernels.h"
 #include "optim/optim_kernels.h"
 #include "support/testkit.h"
@@ -82,6 +86,59 @@ Test(cpu_lowp, bf16_runs_match_half_h) {
                  loom_bfloat_from_f32(src[j]));
   }
   free(h), free(back), free(f), free(src), free(got);
+}
+
+/* ---- the GEMM with 16-bit operands ---------------------------------------- */
+
+static float frand(void) { return (float)((double)(rnd32() >> 8) / 16777216.0 * 2.0 - 1.0); }
+
+/* rows x cols (leading dim ld) of random values in dt (16-bit: the bits),
+   and the same values widened into w (same layout). */
+static void *rand_mat(loom_dtype dt, int64_t rows, int64_t ld, float *w) {
+  void *p = malloc((size_t)(rows * ld + 1) * 4);
+  cr_assert(p);
+  for (int64_t i = 0; i < rows * ld; i++) w[i] = frand();
+  if (dt == LOOM_F32) {
+    memcpy(p, w, (size_t)(rows * ld) * 4);
+  } else {
+    loom_cpu_store_f32(p, dt, 1, rows * ld, w);
+    loom_cpu_load_f32(p, dt, 1, rows * ld, w);
+  }
+  return p;
+}
+
+Test(cpu_lowp, gemm_widen_matches_sgemm_on_widened_copies) {
+  const int64_t shapes[][3] = {{37, 45, 70}, {130, 70, 300}, {13, 33, 1}, {128, 1024, 10}};
+  const loom_dtype dts[][2] = {{LOOM_F16, LOOM_F16}, {LOOM_BF16, LOOM_BF16}, {LOOM_F32, LOOM_F16}, {LOOM_BF16, LOOM_F32}};
+  const char *isas[] = {"scalar", "avx2", "avx512"};
+  for (int l = 0; l < 3; l++) {
+    if (!loom_cpu_isa_runs((loom_cpu_isa_level)l)) continue;
+    cr_assert_eq(loom_set_cpu_isa(isas[l]), LOOM_OK);
+    for (int th = 1; th <= 2; th++) {
+      loom_cpu_gemm_set_threads(th);
+      for (int si = 0; si < 4; si++)
+        for (int d = 0; d < 4; d++)
+          for (int tr = 0; tr < 4; tr++) {
+            const bool ta = tr & 1, tb = tr & 2;
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+            const int64_t arows = ta ? K : M, brows = tb ? N : K;
+            float *wa = malloc((size_t)(arows * lda + 1) * 4), *wb = malloc((size_t)(brows * ldb + 1) * 4);
+            float *c0 = malloc((size_t)(M * ldc) * 4), *c1 = malloc((size_t)(M * ldc) * 4);
+            cr_assert(wa && wb && c0 && c1);
+            void *a = rand_mat(dts[d][0], arows, lda, wa), *b = rand_mat(dts[d][1], brows, ldb, wb);
+            for (int64_t i = 0; i < M * ldc; i++) c0[i] = c1[i] = frand();
+            loom_cpu_sgemm(ta, tb, M, N, K, 0.5f, wa, lda, wb, ldb, 0.25f, c0, ldc);
+            loom_cpu_sgemm_widen(ta, tb, M, N, K, 0.5f, a, dts[d][0], lda, b, dts[d][1], ldb, 0.25f, c1, ldc);
+            cr_assert(!memcmp(c0, c1, (size_t)(M * ldc) * 4),
+                      "%s, %d threads: %lldx%lldx%lld ta %d tb %d dtypes %d/%d differ from the widened copies", isas[l],
+                      th, (long long)M, (long long)N, (long long)K, ta, tb, dts[d][0], dts[d][1]);
+            free(wa), free(wb), free(c0), free(c1), free(a), free(b);
+          }
+    }
+  }
+  loom_cpu_gemm_set_threads(0);
+  loom_set_cpu_isa(NULL);
 }
 
 /* ---- Linear with 16-bit operands ------------------------------------------ */
@@ -153,8 +210,6 @@ Test(cpu_lowp, linear_f16_matches_widening_path) { linear_all(LOOM_F16); }
 Test(cpu_lowp, linear_bf16_matches_widening_path) { linear_all(LOOM_BF16); }
 
 /* ---- optimizer updates and the unscale: AVX2 against the portable loops -- */
-
-static float frand(void) { return (float)((double)(rnd32() >> 8) / 16777216.0 * 2.0 - 1.0); }
 
 enum { NPAR = 4 };
 static const int64_t PSIZE[NPAR] = {1, 29, 4096 + 13, 70001}; /* tails, several blocks, threads */

@@ -318,8 +318,10 @@ static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, in
       float *d = dst + k * nr;
       int64_t c = 0;
       if (f32) {
-        const float *src = (const float *)g->B + at;
-        for (; c < n; c++) d[c] = src[c];
+        /* memcpy: the element loop stays scalar at -O2 and costs ~15 % of
+           a 128-row GEMM's time (each packed B value feeds only M FMAs). */
+        memcpy(d, (const float *)g->B + at, (size_t)n * sizeof(float));
+        c = n;
       } else {
         widen(g->B, g->bdt, at, n, d);
         c = n;
@@ -360,6 +362,29 @@ static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, in
 }
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Slivers [s_lo, s_hi) of the panel at column jc (nc wide) of rows
+   [k0, k0+kc); sliver s at dst + s * bstride. A [K,N] f32 B is read row by
+   row across all the slivers: going sliver by sliver reads kc rows ldb apart
+   for each 128 bytes, which on a 4 KiB row pitch all fall in one L1 set. */
+static void pack_b_range(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t jc, int64_t nc, int64_t s_lo,
+                         int64_t s_hi, float *restrict dst, int64_t bstride)
+{
+  if (g->tb || g->bdt != LOOM_F32) {
+    for (int64_t s = s_lo; s < s_hi; s++)
+      pack_b_sliver(g, nr, k0, kc, jc + s * nr, nc - s * nr < nr ? nc - s * nr : nr, dst + s * bstride);
+    return;
+  }
+  for (int64_t k = 0; k < kc; k++) {
+    const float *src = (const float *)g->B + (k0 + k) * g->ldb + jc;
+    for (int64_t s = s_lo; s < s_hi; s++) {
+      const int64_t n = nc - s * nr < nr ? nc - s * nr : nr;
+      float *d = dst + s * bstride + k * nr;
+      memcpy(d, src + s * nr, (size_t)n * sizeof(float));
+      for (int64_t c = n; c < nr; c++) d[c] = 0.0f;
+    }
+  }
+}
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Split nt threads into a tm x tn grid over (row tiles, column slivers) that
@@ -458,8 +483,12 @@ static void gemm_builtin(const gemm_args *g)
 #else
   nt = 1;
 #endif
-  /* Below ~64^3 multiply-adds the fork/join costs more than it saves. */
-  if ((double)M * (double)N * (double)K < 262144.0) nt = 1;
+  /* Below 2^21 multiply-adds (~40 us on one AVX-512 core) the fork/join
+     costs more than it saves: it was 64^3, but on a shared machine a
+     fork/join can wait a scheduler slice (bench/results/cpu-tune-2026-11-26.md:
+     the MLP's 1.3M multiply-add fc3 GEMMs ran at 1-6 GFLOP/s on 2 threads
+     vs 50-65 on one, AMD EPYC, load ~15). */
+  if ((double)M * (double)N * (double)K < 2097152.0) nt = 1;
   if (nt > mtiles * ntiles) nt = (int)(mtiles * ntiles);
   if (nt < 1) nt = 1;
   if (nt > 1) {
@@ -526,8 +555,7 @@ static void gemm_builtin(const gemm_args *g)
             pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
         } else {
           /* Only this thread reads slivers [s_lo, s_hi): no barrier needed. */
-          for (int64_t s = s_lo; s < s_hi; s++)
-            pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
+          pack_b_range(g, nr, pc, kc, jc, nc, s_lo, s_hi, bpack, bstride);
         }
         compute_block(kn, g, bpack, bstride, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
       }
