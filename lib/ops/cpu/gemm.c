@@ -81,7 +81,7 @@ static const loom_gemm_kernel k_avx512 = {"avx512", 12, 32, 192, 256, 4096, loom
 /* Not a kernel: selects the unpacked fallback loop, so tests can cover the
    path normally taken only when the packing buffers cannot be allocated. */
 static const loom_gemm_kernel k_unpacked = {"unpacked", 1, 1, 1, 1, 1, NULL};
-enum { MAX_MR = 12, MAX_NR = 32, MAX_KC = 256 }; /* the largest mr, nr, kc above */
+enum { MAX_MR = 12, MAX_NR = 32, MAX_KC = 256, MAX_NC = 4096 }; /* the largest mr, nr, kc, nc above */
 
 /* ------------------------------------------------------------------------ */
 /* Global switches. Atomics: ops may run GEMMs from several threads.
@@ -370,13 +370,21 @@ static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static void pack_b_range(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t jc, int64_t nc, int64_t s_lo,
                          int64_t s_hi, float *restrict dst, int64_t bstride)
 {
-  if (g->tb || g->bdt != LOOM_F32) {
+  if (g->tb || s_hi <= s_lo) {
     for (int64_t s = s_lo; s < s_hi; s++)
       pack_b_sliver(g, nr, k0, kc, jc + s * nr, nc - s * nr < nr ? nc - s * nr : nr, dst + s * bstride);
     return;
   }
+  /* 16-bit B: each row's run is widened in one call, then split. */
+  float wide[MAX_NC];
+  const int64_t j_lo = s_lo * nr, j_hi = s_hi * nr < nc ? s_hi * nr : nc;
   for (int64_t k = 0; k < kc; k++) {
-    const float *src = (const float *)g->B + (k0 + k) * g->ldb + jc;
+    const int64_t at = (k0 + k) * g->ldb + jc;
+    const float *src = (const float *)g->B + at;
+    if (g->bdt != LOOM_F32) {
+      widen(g->B, g->bdt, at + j_lo, j_hi - j_lo, wide);
+      src = wide - j_lo;
+    }
     for (int64_t s = s_lo; s < s_hi; s++) {
       const int64_t n = nc - s * nr < nr ? nc - s * nr : nr;
       float *d = dst + s * bstride + k * nr;
