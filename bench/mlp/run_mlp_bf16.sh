@@ -14,6 +14,10 @@
 # --base DIR: also run another build's bench_mlp_step (fp32, bf16, fp16: sides
 # base_fp32, base_bf16, base_fp16) in the same rounds — the code before a
 # change, measured under the same load; the summary adds new / base ratios.
+# Each side also reports its CPU time per step (all threads, user + system):
+# at --threads 1 on an oversubscribed machine the wall clock mostly measures
+# the wait for the core, the CPU time what the step costs; the summary gives
+# its medians (*_cpu_ms) and the ratios of their inverses (*_cpu).
 # The anchor is the first python3 that imports torch (as run_mlp_vs_pytorch.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -46,7 +50,7 @@ echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); bf16 flags: $(grep -o 'avx
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 sides=(loom_fp32 loom_bf16 loom_fp16 torch_fp32 torch_bf16)
 [ -n "$BASE" ] && sides+=(base_fp32 base_bf16 base_fp16)
-declare -A vals
+declare -A vals cpu
 for ((r = 1; r <= ROUNDS; r++)); do
   for s in "${sides[@]}"; do
     case $s in
@@ -58,12 +62,15 @@ for ((r = 1; r <= ROUNDS; r++)); do
     esac
     v=$(echo "$line" | field steps_per_s)
     [ -n "$v" ] || { echo "bench=mlp_bf16 skipped reason=\"$s did not report steps_per_s: $line\""; exit 0; }
+    c=$(echo "$line" | field cpu_ms_per_step)
     vals[$s]="${vals[$s]:-} $v"
-    echo "# round $r $s steps_per_s=$v"
+    [ -n "$c" ] && cpu[$s]="${cpu[$s]:-} $(awk -v c="$c" 'BEGIN{print 1000/c}')"  # steps per CPU second
+    echo "# round $r $s steps_per_s=$v cpu_ms_per_step=${c:-?}"
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 ratios() { paste <(echo ${vals[$1]} | tr ' ' '\n') <(echo ${vals[$2]} | tr ' ' '\n') | awk '{print $1/$2}' | median; }
+cratios() { paste <(echo ${cpu[$1]:-0} | tr ' ' '\n') <(echo ${cpu[$2]:-1} | tr ' ' '\n') | awk '{print $1/$2}' | median; }
 out="bench=mlp_bf16 batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
 for s in "${sides[@]}"; do
   m=$(echo ${vals[$s]} | median)
@@ -72,4 +79,13 @@ done
 out="$out bf16_vs_fp32=$(ratios loom_bf16 loom_fp32) fp16_vs_fp32=$(ratios loom_fp16 loom_fp32)"
 out="$out bf16_vs_torch_bf16=$(ratios loom_bf16 torch_bf16) fp32_vs_torch_fp32=$(ratios loom_fp32 torch_fp32)"
 [ -n "$BASE" ] && out="$out fp32_vs_base=$(ratios loom_fp32 base_fp32) bf16_vs_base=$(ratios loom_bf16 base_bf16) fp16_vs_base=$(ratios loom_fp16 base_fp16) base_fp16_vs_base_fp32=$(ratios base_fp16 base_fp32)"
+echo "$out"
+out="bench=mlp_bf16_cpu_time batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
+for s in "${sides[@]}"; do
+  m=$(echo ${cpu[$s]:-0} | median)
+  out="$out ${s}_cpu_ms=$(awk -v m="$m" 'BEGIN{printf "%.2f", m ? 1000/m : 0}')"
+done
+out="$out bf16_vs_fp32_cpu=$(cratios loom_bf16 loom_fp32) fp16_vs_fp32_cpu=$(cratios loom_fp16 loom_fp32)"
+out="$out bf16_vs_torch_bf16_cpu=$(cratios loom_bf16 torch_bf16) fp32_vs_torch_fp32_cpu=$(cratios loom_fp32 torch_fp32)"
+[ -n "$BASE" ] && out="$out fp32_vs_base_cpu=$(cratios loom_fp32 base_fp32) bf16_vs_base_cpu=$(cratios loom_bf16 base_bf16) fp16_vs_base_cpu=$(cratios loom_fp16 base_fp16) base_fp16_vs_base_fp32_cpu=$(cratios base_fp16 base_fp32)"
 echo "$out"
