@@ -81,7 +81,7 @@ static const loom_gemm_kernel k_avx512 = {"avx512", 12, 32, 192, 256, 4096, loom
 /* Not a kernel: selects the unpacked fallback loop, so tests can cover the
    path normally taken only when the packing buffers cannot be allocated. */
 static const loom_gemm_kernel k_unpacked = {"unpacked", 1, 1, 1, 1, 1, NULL};
-enum { MAX_MR = 12, MAX_NR = 32, MAX_KC = 256, MAX_NC = 4096 }; /* the largest mr, nr, kc, nc above */
+enum { MAX_MR = 12, MAX_NR = 32, MAX_MC = 192, MAX_KC = 256, MAX_NC = 4096 }; /* the largest mr, nr, mc, kc, nc above */
 
 /* ------------------------------------------------------------------------ */
 /* Global switches. Atomics: ops may run GEMMs from several threads.
@@ -259,6 +259,22 @@ static void gemm_unpacked(const gemm_args *g)
 static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0, int64_t kc, float *restrict dst)
 {
   const bool f32 = g->adt == LOOM_F32;
+  if (g->ta && !f32 && m <= MAX_MC) {
+    /* 16-bit A is [K,M]: widen each k's run of m values in one call (not
+       one call per MR values), then split it over the slivers. */
+    float run[MAX_MC];
+    for (int64_t k = 0; k < kc; k++) {
+      widen(g->A, g->adt, (k0 + k) * g->lda + i0, m, run);
+      for (int64_t s = 0; s < m; s += mr) {
+        const int64_t rows = m - s < mr ? m - s : mr;
+        float *d = dst + (s / mr) * (int64_t)mr * kc + k * mr;
+        int64_t r = 0;
+        for (; r < rows; r++) d[r] = run[s + r];
+        for (; r < mr; r++) d[r] = 0.0f;
+      }
+    }
+    return;
+  }
   float wide[MAX_MR * MAX_KC]; /* 16-bit A: the sliver's rows widened */
   for (int64_t s = 0; s < m; s += mr, dst += (int64_t)mr * kc) {
     const int64_t rows = m - s < mr ? m - s : mr;

@@ -197,12 +197,23 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
         char *zrow = (char *)zo->p + (size_t)(i * N + j0) * zs;
         float *row = zo->dt == LOOM_F32 ? (float *)zrow : zw;
         if (zo->dt != LOOM_F32) loom_cpu_load_f32(zrow, zo->dt, 1, m, zw);
-        if (yo) {
+        if (yo && yo->dt != LOOM_F32 && zo->dt != LOOM_F32) {
+          /* y > 0 on the bits: positive and at most +inf (0x7c00 f16,
+           * 0x7f80 bf16), as the widened comparison; 16-bit zero bits are
+           * +0, as the f32 mask writes. */
+          const uint16_t *y16 = (const uint16_t *)yo->p + i * N + j0;
+          const uint16_t top = yo->dt == LOOM_F16 ? 0x7c00 : 0x7f80;
+          uint16_t *z16 = (uint16_t *)zrow;
+          for (int64_t j = 0; j < m; j++) {
+            const bool keep = (uint16_t)(y16[j] - 1u) < top;
+            z16[j] = keep ? z16[j] : 0;
+            row[j] = keep ? row[j] : 0.0f;
+          }
+        } else if (yo) {
           const float *yr = loom_cpu_span_f32(yo->p, yo->dt, i * N + j0, m, yw);
           if (zo->dt == LOOM_F32) {
             for (int64_t j = 0; j < m; j++) row[j] = yr[j] > 0.0f ? row[j] : 0.0f;
           } else {
-            /* 16-bit zero bits are +0, as the f32 mask writes. */
             uint16_t *z16 = (uint16_t *)zrow;
             for (int64_t j = 0; j < m; j++)
               if (!(yr[j] > 0.0f)) z16[j] = 0, row[j] = 0.0f;
