@@ -5,7 +5,8 @@
  *    boundaries of f32 -> bf16 (ties, NaNs, overflow), odd run lengths;
  *  - loom_cpu_sgemm_widen (16-bit A and/or B widened while packed) against
  *    loom_cpu_sgemm on widened copies: every transpose pair, padded leading
- *    dimensions, tile edges, several K slices, 1 and 2 threads;
+ *    dimensions, tile edges, several K slices, 1 and 2 threads; and its
+ *    16-bit output (loom_cpu_sgemm_widen_to16) against the f32 C rounded;
  *  - the Linear layer with f16/bf16 operands (widened by the GEMM's packing,
  *    loom_cpu_sgemm_widen) against the path it replaced: the f32 layer on
  *    widened copies, results rounded once — forward and backward, with and
@@ -133,6 +134,23 @@ Test(cpu_lowp, gemm_widen_matches_sgemm_on_widened_copies) {
             cr_assert(!memcmp(c0, c1, (size_t)(M * ldc) * 4),
                       "%s, %d threads: %lldx%lldx%lld ta %d tb %d dtypes %d/%d differ from the widened copies", isas[l],
                       th, (long long)M, (long long)N, (long long)K, ta, tb, dts[d][0], dts[d][1]);
+            /* A 16-bit C rounded tile by tile = the f32 C rounded (K within
+               one 256-deep slice; beyond it the call declines). */
+            const loom_dtype cdt = dts[d][1] == LOOM_F32 ? LOOM_BF16 : dts[d][1];
+            uint16_t *h = malloc((size_t)(M * ldc) * 2), *want = malloc((size_t)(M * ldc) * 2);
+            cr_assert(h && want);
+            memset(h, 0xab, (size_t)(M * ldc) * 2), memset(want, 0xab, (size_t)(M * ldc) * 2);
+            loom_cpu_sgemm(ta, tb, M, N, K, 0.5f, wa, lda, wb, ldb, 0.0f, c0, ldc);
+            for (int64_t i = 0; i < M; i++) loom_cpu_store_f32(want + i * ldc, cdt, 1, N, c0 + i * ldc);
+            bool done = loom_cpu_sgemm_widen_to16(ta, tb, M, N, K, 0.5f, a, dts[d][0], lda, b, dts[d][1], ldb, h, cdt,
+                                                  ldc);
+            cr_assert_eq(done, K <= 256, "%lldx%lldx%lld: widen_to16 returned %d", (long long)M, (long long)N,
+                         (long long)K, done);
+            if (done)
+              cr_assert(!memcmp(h, want, (size_t)(M * ldc) * 2),
+                        "%s, %d threads: %lldx%lldx%lld ta %d tb %d: the 16-bit C differs from the rounded f32 C",
+                        isas[l], th, (long long)M, (long long)N, (long long)K, ta, tb);
+            free(h), free(want);
             free(wa), free(wb), free(c0), free(c1), free(a), free(b);
           }
     }

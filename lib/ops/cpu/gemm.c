@@ -213,6 +213,11 @@ typedef struct gemm_args {
   float *C;
   int64_t lda, ldb, ldc;
   loom_dtype adt, bdt; /* LOOM_F32, LOOM_F16 or LOOM_BF16 */
+  /* A 16-bit C (cdt f16/bf16; C is then NULL): each finished tile is
+     rounded into C16 (leading dim ldc). Only with beta == 0 and K within one
+     KC slice (gemm_run checks), so a tile is final when the kernel ends. */
+  void *C16;
+  loom_dtype cdt;
 } gemm_args;
 
 /* n elements of p (dtype dt) from element index i on, as f32 into d: exact
@@ -471,6 +476,14 @@ static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const 
       for (int64_t ir = 0; ir < mc; ir += mr) {
         const int64_t rows = min64(mr, mc - ir);
         const float *a = apack + (ir / mr) * kc * mr;
+        if (g->C16) {
+          /* As below, into tmp, then rounded: the same f32 values. */
+          const bool full = rows == mr && cols == nr;
+          kn->ukr(kc, a, b, tmp, nr, full ? g->alpha : 1.0f, 0.0f);
+          if (!full) merge_edge(tmp, nr, tmp, nr, rows, cols, g->alpha, 0.0f);
+          loom_gemm_store16(tmp, nr, rows, cols, (char *)g->C16 + ((ic + ir) * g->ldc + j) * 2, g->ldc, g->cdt);
+          continue;
+        }
         float *c = g->C + (ic + ir) * g->ldc + j;
         if (rows == mr && cols == nr) {
           kn->ukr(kc, a, b, c, g->ldc, g->alpha, beta);
@@ -483,12 +496,15 @@ static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const 
   }
 }
 
-static void gemm_builtin(const gemm_args *g)
+/* false only for a 16-bit C when the packing buffers cannot be allocated
+   (the unpacked fallback writes f32). */
+static bool gemm_builtin(const gemm_args *g)
 {
   const loom_gemm_kernel *kn = current_kernel();
   if (!kn->ukr) {
+    if (g->C16) return false;
     gemm_unpacked(g);
-    return;
+    return true;
   }
   const int mr = kn->mr, nr = kn->nr;
   const int64_t M = g->M, N = g->N, K = g->K;
@@ -532,8 +548,9 @@ static void gemm_builtin(const gemm_args *g)
   const size_t bytes = (size_t)(nbbuf * b_floats + (int64_t)nt * a_floats) * sizeof(float);
   float *buf = loom_sys_aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
   if (!buf) {
+    if (g->C16) return false;
     gemm_unpacked(g);
-    return;
+    return true;
   }
   float *apack_all = buf + nbbuf * b_floats;
 
@@ -586,6 +603,7 @@ static void gemm_builtin(const gemm_args *g)
     }
   }
   loom_sys_free(buf);
+  return true;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -642,7 +660,8 @@ static void gemm_run(const gemm_args *gp)
 void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, LOOM_F32, LOOM_F32};
+  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, LOOM_F32, LOOM_F32, NULL,
+                       LOOM_F32};
   gemm_run(&g);
 }
 
@@ -650,6 +669,34 @@ void loom_cpu_sgemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt, int64_t ldb, float beta,
                           float *C, int64_t ldc)
 {
-  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, a_dt, b_dt};
+  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, a_dt, b_dt, NULL, LOOM_F32};
   gemm_run(&g);
+}
+
+bool loom_cpu_sgemm_widen_to16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt,
+                               int64_t ldb, void *C, loom_dtype c_dt, int64_t ldc)
+{
+  if (M <= 0 || N <= 0) return true;
+  gemm_args g = {trans_a, trans_b, M, N, K, alpha, 0.0f, A, B, NULL, lda, ldb, ldc, a_dt, b_dt, C, c_dt};
+  const loom_gemm_kernel *kn = current_kernel();
+  bool builtin = true;
+#ifdef LOOM_HAVE_CBLAS
+  decide_policy();
+  builtin = atomic_load(&g_force_builtin);
+#endif
+  return builtin && kn->ukr && K > 0 && K <= kn->kc && alpha != 0.0f && gemm_builtin(&g);
+}
+
+/* Rows x cols of an f32 tile (leading dim ldt) rounded into a 16-bit
+   matrix (leading dim ldd). */
+void loom_gemm_store16(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, loom_dtype dt)
+{
+#if defined(__x86_64__)
+  if (loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2 && (dt == LOOM_BF16 || loom_cpu_f16c())) {
+    loom_gemm_store16_avx2(t, ldt, rows, cols, dst, ldd, dt == LOOM_F16);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < rows; i++) loom_cpu_store_f32((uint16_t *)dst + i * ldd, dt, 1, cols, t + i * ldt);
 }

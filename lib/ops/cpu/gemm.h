@@ -31,6 +31,17 @@ void loom_cpu_sgemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt, int64_t ldb, float beta,
                           float *C, int64_t ldc);
 
+/* loom_cpu_sgemm_widen with beta = 0 and a 16-bit C (c_dt LOOM_F16 or
+   LOOM_BF16, ldc in elements), each tile rounded (to nearest even) as soon
+   as it is finished, so no f32 C goes through memory: bit-identical to
+   rounding loom_cpu_sgemm_widen's f32 C. Only where that is possible: the
+   built-in kernels, 0 < K <= one K slice of the kernel (256), alpha != 0,
+   packing buffers available; otherwise it returns false having written
+   nothing, and the caller takes the f32 route. */
+bool loom_cpu_sgemm_widen_to16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt,
+                               int64_t ldb, void *C, loom_dtype c_dt, int64_t ldc);
+
 /* Which implementation runs: "openblas" or "builtin-avx512" / "builtin-avx2" / "builtin-generic". */
 const char *loom_cpu_gemm_impl(void);
 /* Policy "auto" | "builtin" | "openblas" (also env LOOM_CPU_GEMM, read at

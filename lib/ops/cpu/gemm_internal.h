@@ -22,7 +22,14 @@ typedef struct loom_gemm_kernel {
   loom_gemm_ukr_fn ukr;
 } loom_gemm_kernel;
 
+#include "loom/dtype.h"
+/* Rows x cols of an f32 tile t (leading dim ldt) rounded to dt (f16/bf16)
+ * into dst (leading dim ldd, in elements): the rounding of loom_cpu_store_f32. */
+void loom_gemm_store16(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, loom_dtype dt);
+
 #if defined(__x86_64__)
+/* Its AVX2 version (f16 through F16C: the caller checks the CPU has it). */
+void loom_gemm_store16_avx2(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, bool is_f16);
 void loom_gemm_ukr_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                              float alpha, float beta);
 void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,

@@ -230,7 +230,13 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
     operand fx = {NULL, LOOM_F32, false}, fw = {NULL, LOOM_F32, false};
     if (dw) st = operand_of(x, &fx);
     if (st == LOOM_OK && dx) st = operand_of(w, &fw);
-    if (st == LOOM_OK && dw) {
+    /* A 16-bit dW is rounded tile by tile when the GEMM can (K = the
+       batch rows fit one K slice): no f32 dW through memory. */
+    const bool dw16 = dw && st == LOOM_OK && (dw->dtype == LOOM_F16 || dw->dtype == LOOM_BF16) &&
+                      loom_tensor_is_contiguous(dw) &&
+                      loom_cpu_sgemm_widen_to16(true, false, N, K, M, 1.0f, dz.p, dz.dt, N, fx.p, fx.dt, K,
+                                                loom_tensor_ptr(dw), dw->dtype, K);
+    if (st == LOOM_OK && dw && !dw16) {
       float *p = out_f32(dw, N * K);
       if (!p) st = loom_set_error(LOOM_ERR_OOM, "linear backward: out of host memory");
       else {
