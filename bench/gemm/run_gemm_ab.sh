@@ -7,9 +7,13 @@
 # best of REPS batches), the new / base ratio, and the MLP step's nine GEMMs
 # together (total flops / total time).
 #
-#   bench/gemm/run_gemm_ab.sh --new DIR --base DIR [--threads T] [--rounds N] [--reps R]
+#   bench/gemm/run_gemm_ab.sh --new DIR --base DIR [--threads T] [--rounds N] [--reps R] [--clock wall|cpu]
+#
+# --clock cpu: bench_gemm times with the process's CPU time (for --threads 1
+# on an oversubscribed machine, where the wall clock measures the wait for a
+# core). Both builds' bench_gemm must take the clock argument.
 set -euo pipefail
-NEW="" BASE="" THREADS=1 ROUNDS=5 REPS=5
+NEW="" BASE="" THREADS=1 ROUNDS=5 REPS=5 CLOCK=wall
 while (($#)); do
   case "$1" in
     --new) NEW="$2"; shift 2 ;;
@@ -17,20 +21,21 @@ while (($#)); do
     --threads) THREADS="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --reps) REPS="$2"; shift 2 ;;
+    --clock) CLOCK="$2"; shift 2 ;;
     *) echo "usage: $0 --new DIR --base DIR [--threads T] [--rounds N] [--reps R]" >&2; exit 2 ;;
   esac
 done
 [ -n "$NEW" ] && [ -n "$BASE" ] || { echo "usage: $0 --new DIR --base DIR [--threads T] [--rounds N] [--reps R]" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'), threads=$THREADS rounds=$ROUNDS reps=$REPS"
+echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'), threads=$THREADS rounds=$ROUNDS reps=$REPS clock=$CLOCK"
 for ((r = 1; r <= ROUNDS; r++)); do
   order=(new base)
   ((r % 2)) || order=(base new)
   for side in "${order[@]}"; do
     dir=$NEW
     [ "$side" = base ] && dir=$BASE
-    OMP_NUM_THREADS=$THREADS "$dir/bench/bench_gemm" "$THREADS" "$REPS" |
+    OMP_NUM_THREADS=$THREADS "$dir/bench/bench_gemm" "$THREADS" "$REPS" best "$CLOCK" |
       sed -n "s/^bench=gemm shape=\([0-9x]*\) ta=\([01]\) tb=\([01]\) builtin_gflops=\([0-9.]*\).*/\1:\2\3 \4/p" |
       awk -v s="$side" -v r="$r" '{print s, r, NR, $1, $2}' >> "$tmp/all"
   done
