@@ -13,7 +13,7 @@ Usage: python3 bench/mlp/pytorch_mlp_step.py [--device cuda] [--batch 128]
 (PyTorch's mixed precision: bf16 GEMMs through oneDNN on the CPU; master
 weights and the optimizer stay f32), the anchor for loom's --precision bf16.
 Prints one line:
-  bench=pytorch_mlp_step device=... batch=... steps=... steps_per_s=... ms_per_step=... loss_first=... loss_last=...
+  bench=pytorch_mlp_step device=... batch=... steps=... steps_per_s=... ms_per_step=... cpu_ms_per_step=... loss_first=... loss_last=...
 or "bench=pytorch_mlp_step skipped reason=..." (exit 0) when torch or the
 device is missing. Compare steps_per_s with bench_mlp_step's on the same GPU
 (target: loom >= 3x)."""
@@ -68,14 +68,15 @@ def main():
     for _ in range(args.warmup):
         step()
     sync()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         step()
     sync()
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     loss_last = step().item()
     print(f"bench=pytorch_mlp_step device={dev} batch={args.batch} steps={args.steps} precision={args.precision} "
           f"steps_per_s={args.steps / dt:.2f} ms_per_step={1e3 * dt / args.steps:.4f} "
+          f"cpu_ms_per_step={1e3 * dc / args.steps:.4f} "
           f"loss_first={loss_first:.6f} loss_last={loss_last:.6f} torch={torch.__version__}")
     return 0
 

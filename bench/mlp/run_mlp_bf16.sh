@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # run_mlp_bf16.sh — the MNIST MLP training step (784→1024→1024→10, AdamW,
-# batch 128) on the CPU four ways, side by side in one run: loom fp32, loom
-# --precision bf16, PyTorch fp32 and PyTorch under
-# torch.autocast("cpu", dtype=torch.bfloat16). The four alternate within each
+# batch 128) on the CPU five ways, side by side in one run: loom fp32, loom
+# --precision bf16, loom --precision fp16, PyTorch fp32 and PyTorch under
+# torch.autocast("cpu", dtype=torch.bfloat16). The sides alternate within each
 # round (ABAB...: the machine may be shared, so every side sees the same load)
 # and the summary gives medians over the rounds: steps/s, samples/s, and the
-# median of the per-round ratios loom bf16 / loom fp32 and loom bf16 / torch
-# autocast bf16.
+# median of the per-round ratios loom bf16 / loom fp32, loom fp16 / loom fp32,
+# loom bf16 / torch autocast bf16 and loom fp32 / torch fp32.
 #
-#   bench/mlp/run_mlp_bf16.sh [--build DIR] [--rounds N] [--steps N] [--threads T]
+#   bench/mlp/run_mlp_bf16.sh [--build DIR] [--base DIR] [--rounds N] [--steps N] [--threads T]
 #
 # --threads sets OMP_NUM_THREADS for both sides (default: every core).
+# --base DIR: also run another build's bench_mlp_step (fp32, bf16, fp16: sides
+# base_fp32, base_bf16, base_fp16) in the same rounds — the code before a
+# change, measured under the same load; the summary adds new / base ratios.
+# Each side also reports its CPU time per step (all threads, user + system):
+# at --threads 1 on an oversubscribed machine the wall clock mostly measures
+# the wait for the core, the CPU time what the step costs; the summary gives
+# its medians (*_cpu_ms) and the ratios of their inverses (*_cpu).
 # The anchor is the first python3 that imports torch (as run_mlp_vs_pytorch.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUILD="$ROOT/build" ROUNDS=5 STEPS=100 BATCH=128 THREADS=""
+BUILD="$ROOT/build" BASE="" ROUNDS=5 STEPS=100 BATCH=128 THREADS=""
 while (($#)); do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
+    --base) BASE="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--rounds N] [--steps N] [--threads T]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--base DIR] [--rounds N] [--steps N] [--threads T]" >&2; exit 2 ;;
   esac
 done
 pick_python() {
@@ -40,27 +48,44 @@ echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)'))
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); bf16 flags: $(grep -o 'avx512_bf16\|amx_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
-sides=(loom_fp32 loom_bf16 torch_fp32 torch_bf16)
-declare -A vals
+sides=(loom_fp32 loom_bf16 loom_fp16 torch_fp32 torch_bf16)
+[ -n "$BASE" ] && sides+=(base_fp32 base_bf16 base_fp16)
+declare -A vals cpu
 for ((r = 1; r <= ROUNDS; r++)); do
   for s in "${sides[@]}"; do
     case $s in
       loom_fp32) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
-      loom_bf16) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
+      loom_bf16|loom_fp16) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#loom_}" | grep '^bench=') ;;
+      base_*) line=$("$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#base_}" | grep '^bench=') ;;
       torch_fp32) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
       torch_bf16) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
     esac
     v=$(echo "$line" | field steps_per_s)
     [ -n "$v" ] || { echo "bench=mlp_bf16 skipped reason=\"$s did not report steps_per_s: $line\""; exit 0; }
+    c=$(echo "$line" | field cpu_ms_per_step)
     vals[$s]="${vals[$s]:-} $v"
-    echo "# round $r $s steps_per_s=$v"
+    [ -n "$c" ] && cpu[$s]="${cpu[$s]:-} $(awk -v c="$c" 'BEGIN{print 1000/c}')"  # steps per CPU second
+    echo "# round $r $s steps_per_s=$v cpu_ms_per_step=${c:-?}"
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 ratios() { paste <(echo ${vals[$1]} | tr ' ' '\n') <(echo ${vals[$2]} | tr ' ' '\n') | awk '{print $1/$2}' | median; }
+cratios() { paste <(echo ${cpu[$1]:-0} | tr ' ' '\n') <(echo ${cpu[$2]:-1} | tr ' ' '\n') | awk '{print $1/$2}' | median; }
 out="bench=mlp_bf16 batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
 for s in "${sides[@]}"; do
   m=$(echo ${vals[$s]} | median)
   out="$out ${s}_samples_per_s=$(awk -v m="$m" -v b="$BATCH" 'BEGIN{printf "%.0f", m*b}')"
 done
-echo "$out bf16_vs_fp32=$(ratios loom_bf16 loom_fp32) bf16_vs_torch_bf16=$(ratios loom_bf16 torch_bf16) fp32_vs_torch_fp32=$(ratios loom_fp32 torch_fp32)"
+out="$out bf16_vs_fp32=$(ratios loom_bf16 loom_fp32) fp16_vs_fp32=$(ratios loom_fp16 loom_fp32)"
+out="$out bf16_vs_torch_bf16=$(ratios loom_bf16 torch_bf16) fp32_vs_torch_fp32=$(ratios loom_fp32 torch_fp32)"
+[ -n "$BASE" ] && out="$out fp32_vs_base=$(ratios loom_fp32 base_fp32) bf16_vs_base=$(ratios loom_bf16 base_bf16) fp16_vs_base=$(ratios loom_fp16 base_fp16) base_fp16_vs_base_fp32=$(ratios base_fp16 base_fp32)"
+echo "$out"
+out="bench=mlp_bf16_cpu_time batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
+for s in "${sides[@]}"; do
+  m=$(echo ${cpu[$s]:-0} | median)
+  out="$out ${s}_cpu_ms=$(awk -v m="$m" 'BEGIN{printf "%.2f", m ? 1000/m : 0}')"
+done
+out="$out bf16_vs_fp32_cpu=$(cratios loom_bf16 loom_fp32) fp16_vs_fp32_cpu=$(cratios loom_fp16 loom_fp32)"
+out="$out bf16_vs_torch_bf16_cpu=$(cratios loom_bf16 torch_bf16) fp32_vs_torch_fp32_cpu=$(cratios loom_fp32 torch_fp32)"
+[ -n "$BASE" ] && out="$out fp32_vs_base_cpu=$(cratios loom_fp32 base_fp32) bf16_vs_base_cpu=$(cratios loom_bf16 base_bf16) fp16_vs_base_cpu=$(cratios loom_fp16 base_fp16) base_fp16_vs_base_fp32_cpu=$(cratios base_fp16 base_fp32)"
+echo "$out"

@@ -1,12 +1,30 @@
 /* optim_cpu.c — the CPU versions of the fused optimizer updates. The
- * per-element math matches PyTorch's SGD and AdamW. */
+ * per-element math matches PyTorch's SGD and AdamW. Where the CPU kernels'
+ * instruction set is avx2 or wider the blocks run in optim_cpu_x86.c
+ * (8 lanes, the low-precision copy written in the same pass; the same
+ * bits); the loops here are the portable version. */
 #include <math.h>
 #include <omp.h>
 
 #include "core/half.h"
 #include "core/error.h"
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_util.h"
+#include "optim/optim_cpu_x86.h"
 #include "optim/optim_kernels.h"
+
+/* Whether the AVX2 runs apply to group g (the lowp copy's dtype included). */
+static bool use_avx2(const loom_param_group *g) {
+#if defined(__x86_64__)
+  if (loom_cpu_isa_level_now() < LOOM_CPU_ISA_AVX2) return false;
+  bool any_lowp = false;
+  for (int i = 0; g->lowp && i < g->n; i++) any_lowp |= g->lowp[i] != NULL;
+  return !any_lowp || g->lowp_dtype == LOOM_BF16 || (g->lowp_dtype == LOOM_F16 && loom_cpu_f16c());
+#else
+  (void)g;
+  return false;
+#endif
+}
 
 #define LOWP_BLOCK 4096
 
@@ -21,6 +39,9 @@ static void store_lowp(const loom_param_group *g, int i, int64_t j0, int64_t j1,
 loom_status loom_cpu_sgd_step(const loom_param_group *g, const loom_sgd_hparams *h) {
   const float wd = h->weight_decay, mom = h->momentum, damp = 1.0f - h->dampening, lr = h->lr;
   const int first = h->first_step, nesterov = h->nesterov;
+  const bool vec = use_avx2(g);
+  const loom_sgd_consts k = {wd, mom, damp, lr, first, nesterov};
+  (void)k, (void)vec; /* (used on x86-64 only) */
   for (int i = 0; i < g->n; i++) {
     float *restrict p = g->param[i], *restrict m = g->buf1 ? g->buf1[i] : NULL;
     const float *restrict gr = g->grad[i];
@@ -30,6 +51,13 @@ loom_status loom_cpu_sgd_step(const loom_param_group *g, const loom_sgd_hparams 
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t blk = 0; blk < nb; blk++) {
       int64_t j0 = blk * LOWP_BLOCK, j1 = j0 + LOWP_BLOCK < n ? j0 + LOWP_BLOCK : n;
+#if defined(__x86_64__)
+      if (vec) {
+        uint16_t *lp = g->lowp && g->lowp[i] ? g->lowp[i] + j0 : NULL;
+        loom_sgd_run_avx2(p + j0, m ? m + j0 : NULL, gr + j0, j1 - j0, &k, lp, g->lowp_dtype == LOOM_F16);
+        continue;
+      }
+#endif
       for (int64_t j = j0; j < j1; j++) {
         float d = gr[j] + wd * p[j];
         if (m) {
@@ -52,6 +80,9 @@ loom_status loom_cpu_adamw_step(const loom_param_group *g, const loom_adamw_hpar
   const float inv_bc2_sqrt = 1.0f / sqrtf(h->bias_correction2);
   const float decay = 1.0f - h->lr * h->weight_decay;
   const float b1 = h->beta1, b2 = h->beta2, c1 = 1.0f - h->beta1, c2 = 1.0f - h->beta2, eps = h->eps;
+  const bool vec = use_avx2(g);
+  const loom_adamw_consts k = {b1, c1, b2, c2, eps, decay, step_size, inv_bc2_sqrt};
+  (void)k, (void)vec; /* (used on x86-64 only) */
   for (int i = 0; i < g->n; i++) {
     float *restrict p = g->param[i], *restrict m = g->buf1[i], *restrict v = g->buf2[i];
     const float *restrict gr = g->grad[i];
@@ -59,6 +90,13 @@ loom_status loom_cpu_adamw_step(const loom_param_group *g, const loom_adamw_hpar
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t blk = 0; blk < nb; blk++) {
       int64_t j0 = blk * LOWP_BLOCK, j1 = j0 + LOWP_BLOCK < n ? j0 + LOWP_BLOCK : n;
+#if defined(__x86_64__)
+      if (vec) {
+        uint16_t *lp = g->lowp && g->lowp[i] ? g->lowp[i] + j0 : NULL;
+        loom_adamw_run_avx2(p + j0, m + j0, v + j0, gr + j0, j1 - j0, &k, lp, g->lowp_dtype == LOOM_F16);
+        continue;
+      }
+#endif
       for (int64_t j = j0; j < j1; j++) {
         float gj = gr[j];
         float mj = b1 * m[j] + c1 * gj;

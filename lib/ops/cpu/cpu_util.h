@@ -4,6 +4,7 @@
 #ifndef LOOM_OPS_CPU_UTIL_H
 #define LOOM_OPS_CPU_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include "loom/dtype.h"
@@ -17,6 +18,9 @@
 void loom_cpu_load_f32(const void *src, loom_dtype dt, int64_t stride, int64_t n, float *dst);
 /* dst[j * stride] = convert(src[j]) for j < n (round to nearest even). */
 void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, const float *src);
+/* Whether the f16 runs above use F16C (the CPU has it and the instruction
+ * set is avx2 or wider): kernels that convert f16 themselves ask here. */
+bool loom_cpu_f16c(void);
 double loom_cpu_load_f64(const void *base, loom_dtype dt, int64_t idx);
 void loom_cpu_store_f64(void *base, loom_dtype dt, int64_t idx, double v);
 

@@ -15,10 +15,16 @@
  *
  * The micro-kernel is chosen at run time (AVX-512, AVX2+FMA, or portable C)
  * by the CPU kernels' instruction set (cpu_isa.h), because the library is
- * compiled for baseline x86-64 and must run anywhere. */
+ * compiled for baseline x86-64 and must run anywhere.
+ *
+ * 16-bit operands (loom_cpu_sgemm_widen: f16/bf16 A or B) are widened to f32
+ * by the packing routines as they copy, so the kernels, the blocking and the
+ * k order are those of f32 and C is bit-identical to loom_cpu_sgemm on
+ * widened copies, without making the copies. */
 #include "ops/cpu/gemm.h"
 #include "loom/log.h"
 #include "ops/cpu/cpu_isa.h"
+#include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm_internal.h"
 
 #include <limits.h>
@@ -75,7 +81,7 @@ static const loom_gemm_kernel k_avx512 = {"avx512", 12, 32, 192, 256, 4096, loom
 /* Not a kernel: selects the unpacked fallback loop, so tests can cover the
    path normally taken only when the packing buffers cannot be allocated. */
 static const loom_gemm_kernel k_unpacked = {"unpacked", 1, 1, 1, 1, 1, NULL};
-enum { MAX_MR = 12, MAX_NR = 32 };
+enum { MAX_MR = 12, MAX_NR = 32, MAX_MC = 192, MAX_KC = 256, MAX_NC = 4096 }; /* the largest mr, nr, mc, kc, nc above */
 
 /* ------------------------------------------------------------------------ */
 /* Global switches. Atomics: ops may run GEMMs from several threads.
@@ -203,10 +209,28 @@ typedef struct gemm_args {
   bool ta, tb;
   int64_t M, N, K;
   float alpha, beta;
-  const float *A, *B;
+  const void *A, *B; /* of dtype adt / bdt */
   float *C;
   int64_t lda, ldb, ldc;
+  loom_dtype adt, bdt; /* LOOM_F32, LOOM_F16 or LOOM_BF16 */
+  /* A 16-bit C (cdt f16/bf16; C is then NULL): each finished tile is
+     rounded into C16 (leading dim ldc). Only with beta == 0 and K within one
+     KC slice (gemm_run checks), so a tile is final when the kernel ends. */
+  void *C16;
+  loom_dtype cdt;
 } gemm_args;
+
+/* n elements of p (dtype dt) from element index i on, as f32 into d: exact
+   for every dtype this GEMM takes. */
+static inline void widen(const void *p, loom_dtype dt, int64_t i, int64_t n, float *restrict d)
+{
+  if (dt == LOOM_F32) memcpy(d, (const float *)p + i, (size_t)n * sizeof(float));
+  else loom_cpu_load_f32((const uint16_t *)p + i, dt, 1, n, d);
+}
+static inline float elem(const void *p, loom_dtype dt, int64_t i)
+{
+  return dt == LOOM_F32 ? ((const float *)p)[i] : (float)loom_cpu_load_f64(p, dt, i);
+}
 
 /* C = beta * C, where beta == 0 writes zeros without reading (NaN-safe). */
 static void scale_c(const gemm_args *g)
@@ -229,13 +253,8 @@ static void gemm_unpacked(const gemm_args *g)
   for (int64_t i = 0; i < g->M; i++) {
     float *r = g->C + i * g->ldc;
     for (int64_t k = 0; k < g->K; k++) {
-      const float a = g->alpha * (g->ta ? g->A[k * g->lda + i] : g->A[i * g->lda + k]);
-      if (g->tb) {
-        for (int64_t j = 0; j < g->N; j++) r[j] += a * g->B[j * g->ldb + k];
-      } else {
-        const float *b = g->B + k * g->ldb;
-        for (int64_t j = 0; j < g->N; j++) r[j] += a * b[j];
-      }
+      const float a = g->alpha * elem(g->A, g->adt, g->ta ? k * g->lda + i : i * g->lda + k);
+      for (int64_t j = 0; j < g->N; j++) r[j] += a * elem(g->B, g->bdt, g->tb ? j * g->ldb + k : k * g->ldb + j);
     }
   }
 }
@@ -244,6 +263,24 @@ static void gemm_unpacked(const gemm_args *g)
    sliver s holds, for each k, MR consecutive floats (rows past m are 0). */
 static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0, int64_t kc, float *restrict dst)
 {
+  const bool f32 = g->adt == LOOM_F32;
+  if (g->ta && !f32 && m <= MAX_MC) {
+    /* 16-bit A is [K,M]: widen each k's run of m values in one call (not
+       one call per MR values), then split it over the slivers. */
+    float run[MAX_MC];
+    for (int64_t k = 0; k < kc; k++) {
+      widen(g->A, g->adt, (k0 + k) * g->lda + i0, m, run);
+      for (int64_t s = 0; s < m; s += mr) {
+        const int64_t rows = m - s < mr ? m - s : mr;
+        float *d = dst + (s / mr) * (int64_t)mr * kc + k * mr;
+        int64_t r = 0;
+        for (; r < rows; r++) d[r] = run[s + r];
+        for (; r < mr; r++) d[r] = 0.0f;
+      }
+    }
+    return;
+  }
+  float wide[MAX_MR * MAX_KC]; /* 16-bit A: the sliver's rows widened */
   for (int64_t s = 0; s < m; s += mr, dst += (int64_t)mr * kc) {
     const int64_t rows = m - s < mr ? m - s : mr;
     if (!g->ta) {
@@ -251,7 +288,15 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
          over up to MAX_MR row pointers writes dst sequentially (one MR group
          per k) instead of scattering each row at stride MR. */
       const float *src[MAX_MR];
-      for (int64_t r = 0; r < rows; r++) src[r] = g->A + (i0 + s + r) * g->lda + k0;
+      for (int64_t r = 0; r < rows; r++) {
+        const int64_t at = (i0 + s + r) * g->lda + k0;
+        if (f32) {
+          src[r] = (const float *)g->A + at;
+        } else {
+          widen(g->A, g->adt, at, kc, wide + r * kc);
+          src[r] = wide + r * kc;
+        }
+      }
       for (int64_t k = 0; k < kc; k++) {
         float *d = dst + k * mr;
         int64_t r = 0;
@@ -261,10 +306,16 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
     } else {
       /* A is [K,M]: the MR values for one k are contiguous. */
       for (int64_t k = 0; k < kc; k++) {
-        const float *src = g->A + (k0 + k) * g->lda + i0 + s;
+        const int64_t at = (k0 + k) * g->lda + i0 + s;
         float *d = dst + k * mr;
         int64_t r = 0;
-        for (; r < rows; r++) d[r] = src[r];
+        if (f32) {
+          const float *src = (const float *)g->A + at;
+          for (; r < rows; r++) d[r] = src[r];
+        } else {
+          widen(g->A, g->adt, at, rows, d);
+          r = rows;
+        }
         for (; r < mr; r++) d[r] = 0.0f;
       }
     }
@@ -280,28 +331,49 @@ static int has_avx2(void) { return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2
 static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t j0, int64_t n,
                           float *restrict dst)
 {
+  const bool f32 = g->bdt == LOOM_F32;
   if (!g->tb) {
     /* B is [K,N]: the NR values for one k are contiguous. */
     for (int64_t k = 0; k < kc; k++) {
-      const float *src = g->B + (k0 + k) * g->ldb + j0;
+      const int64_t at = (k0 + k) * g->ldb + j0;
       float *d = dst + k * nr;
       int64_t c = 0;
-      for (; c < n; c++) d[c] = src[c];
+      if (f32) {
+        /* memcpy: the element loop stays scalar at -O2 and costs ~15 % of
+           a 128-row GEMM's time (each packed B value feeds only M FMAs). */
+        memcpy(d, (const float *)g->B + at, (size_t)n * sizeof(float));
+        c = n;
+      } else {
+        widen(g->B, g->bdt, at, n, d);
+        c = n;
+      }
       for (; c < nr; c++) d[c] = 0.0f;
     }
   } else {
 #if defined(__x86_64__)
     if (nr % 8 == 0 && has_avx2()) {
-      loom_gemm_pack_bt_avx2(g->B, g->ldb, k0, kc, j0, n, nr, dst);
-      return;
+      if (f32) {
+        loom_gemm_pack_bt_avx2(g->B, g->ldb, k0, kc, j0, n, nr, dst);
+        return;
+      }
+      if (g->bdt == LOOM_BF16 || loom_cpu_f16c()) {
+        loom_gemm_pack_bt16_avx2(g->B, g->bdt == LOOM_F16, g->ldb, k0, kc, j0, n, nr, dst);
+        return;
+      }
     }
 #endif
     /* B is [N,K]: each column of the sliver is contiguous in k. Walk k in
        short blocks so the NR source rows and the destination stay in L1. */
+    float wide[64]; /* 16-bit B: one column's block widened */
     for (int64_t kb = 0; kb < kc; kb += 64) {
       const int64_t ke = kb + 64 < kc ? kb + 64 : kc;
       for (int64_t c = 0; c < n; c++) {
-        const float *src = g->B + (j0 + c) * g->ldb + k0;
+        const int64_t at = (j0 + c) * g->ldb + k0;
+        const float *src = (const float *)g->B + at;
+        if (!f32) {
+          widen(g->B, g->bdt, at + kb, ke - kb, wide);
+          src = wide - kb;
+        }
         for (int64_t k = kb; k < ke; k++) dst[k * nr + c] = src[k];
       }
       for (int64_t c = n; c < nr; c++)
@@ -311,6 +383,37 @@ static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, in
 }
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Slivers [s_lo, s_hi) of the panel at column jc (nc wide) of rows
+   [k0, k0+kc); sliver s at dst + s * bstride. A [K,N] f32 B is read row by
+   row across all the slivers: going sliver by sliver reads kc rows ldb apart
+   for each 128 bytes, which on a 4 KiB row pitch all fall in one L1 set. */
+static void pack_b_range(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t jc, int64_t nc, int64_t s_lo,
+                         int64_t s_hi, float *restrict dst, int64_t bstride)
+{
+  if (g->tb || s_hi <= s_lo) {
+    for (int64_t s = s_lo; s < s_hi; s++)
+      pack_b_sliver(g, nr, k0, kc, jc + s * nr, nc - s * nr < nr ? nc - s * nr : nr, dst + s * bstride);
+    return;
+  }
+  /* 16-bit B: each row's run is widened in one call, then split. */
+  float wide[MAX_NC];
+  const int64_t j_lo = s_lo * nr, j_hi = s_hi * nr < nc ? s_hi * nr : nc;
+  for (int64_t k = 0; k < kc; k++) {
+    const int64_t at = (k0 + k) * g->ldb + jc;
+    const float *src = (const float *)g->B + at;
+    if (g->bdt != LOOM_F32) {
+      widen(g->B, g->bdt, at + j_lo, j_hi - j_lo, wide);
+      src = wide - j_lo;
+    }
+    for (int64_t s = s_lo; s < s_hi; s++) {
+      const int64_t n = nc - s * nr < nr ? nc - s * nr : nr;
+      float *d = dst + s * bstride + k * nr;
+      memcpy(d, src + s * nr, (size_t)n * sizeof(float));
+      for (int64_t c = n; c < nr; c++) d[c] = 0.0f;
+    }
+  }
+}
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Split nt threads into a tm x tn grid over (row tiles, column slivers) that
@@ -373,6 +476,14 @@ static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const 
       for (int64_t ir = 0; ir < mc; ir += mr) {
         const int64_t rows = min64(mr, mc - ir);
         const float *a = apack + (ir / mr) * kc * mr;
+        if (g->C16) {
+          /* As below, into tmp, then rounded: the same f32 values. */
+          const bool full = rows == mr && cols == nr;
+          kn->ukr(kc, a, b, tmp, nr, full ? g->alpha : 1.0f, 0.0f);
+          if (!full) merge_edge(tmp, nr, tmp, nr, rows, cols, g->alpha, 0.0f);
+          loom_gemm_store16(tmp, nr, rows, cols, (char *)g->C16 + ((ic + ir) * g->ldc + j) * 2, g->ldc, g->cdt);
+          continue;
+        }
         float *c = g->C + (ic + ir) * g->ldc + j;
         if (rows == mr && cols == nr) {
           kn->ukr(kc, a, b, c, g->ldc, g->alpha, beta);
@@ -385,12 +496,15 @@ static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const 
   }
 }
 
-static void gemm_builtin(const gemm_args *g)
+/* false only for a 16-bit C when the packing buffers cannot be allocated
+   (the unpacked fallback writes f32). */
+static bool gemm_builtin(const gemm_args *g)
 {
   const loom_gemm_kernel *kn = current_kernel();
   if (!kn->ukr) {
+    if (g->C16) return false;
     gemm_unpacked(g);
-    return;
+    return true;
   }
   const int mr = kn->mr, nr = kn->nr;
   const int64_t M = g->M, N = g->N, K = g->K;
@@ -409,8 +523,12 @@ static void gemm_builtin(const gemm_args *g)
 #else
   nt = 1;
 #endif
-  /* Below ~64^3 multiply-adds the fork/join costs more than it saves. */
-  if ((double)M * (double)N * (double)K < 262144.0) nt = 1;
+  /* Below 2^21 multiply-adds (~40 us on one AVX-512 core) the fork/join
+     costs more than it saves: it was 64^3, but on a shared machine a
+     fork/join can wait a scheduler slice (bench/results/cpu-tune-2026-11-26.md:
+     the MLP's 1.3M multiply-add fc3 GEMMs ran at 1-6 GFLOP/s on 2 threads
+     vs 50-65 on one, AMD EPYC, load ~15). */
+  if ((double)M * (double)N * (double)K < 2097152.0) nt = 1;
   if (nt > mtiles * ntiles) nt = (int)(mtiles * ntiles);
   if (nt < 1) nt = 1;
   if (nt > 1) {
@@ -430,8 +548,9 @@ static void gemm_builtin(const gemm_args *g)
   const size_t bytes = (size_t)(nbbuf * b_floats + (int64_t)nt * a_floats) * sizeof(float);
   float *buf = loom_sys_aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
   if (!buf) {
+    if (g->C16) return false;
     gemm_unpacked(g);
-    return;
+    return true;
   }
   float *apack_all = buf + nbbuf * b_floats;
 
@@ -485,38 +604,107 @@ static void gemm_builtin(const gemm_args *g)
             pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
         } else {
           /* Only this thread reads slivers [s_lo, s_hi): no barrier needed. */
-          for (int64_t s = s_lo; s < s_hi; s++)
-            pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
+          pack_b_range(g, nr, pc, kc, jc, nc, s_lo, s_hi, bpack, bstride);
         }
         compute_block(kn, g, bpack, bstride, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
       }
     }
   }
   loom_sys_free(buf);
+  return true;
 }
 
 /* ------------------------------------------------------------------------ */
-void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+#ifdef LOOM_HAVE_CBLAS
+/* OpenBLAS takes f32 only: a widened, packed copy of a rows x cols operand. */
+static float *widened_copy(const void *p, loom_dtype dt, int64_t rows, int64_t cols, int64_t ld)
 {
-  if (M <= 0 || N <= 0) return;
-  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc};
+  float *w = loom_sys_malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+  if (w)
+    for (int64_t r = 0; r < rows; r++) widen(p, dt, r * ld, cols, w + r * cols);
+  return w;
+}
+#endif
+
+static void gemm_run(const gemm_args *gp)
+{
+  const gemm_args g = *gp;
+  if (g.M <= 0 || g.N <= 0) return;
   /* Nothing to multiply: only the beta part, never touching A or B (which
      may be NULL or have degenerate leading dims when K == 0). */
-  if (K <= 0 || alpha == 0.0f) {
+  if (g.K <= 0 || g.alpha == 0.0f) {
     scale_c(&g);
     return;
   }
 #ifdef LOOM_HAVE_CBLAS
   /* CBLAS takes int; anything larger goes to the built-in kernel. */
-  const bool fits = M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-                    ldc <= INT_MAX;
+  const bool fits = g.M <= INT_MAX && g.N <= INT_MAX && g.K <= INT_MAX && g.lda <= INT_MAX && g.ldb <= INT_MAX &&
+                    g.ldc <= INT_MAX;
   decide_policy();
   if (fits && !atomic_load(&g_force_builtin)) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
-                (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    return;
+    /* 16-bit operands: widened copies, as before the packing widened. */
+    float *wa = NULL, *wb = NULL;
+    const float *A = g.A, *B = g.B;
+    int64_t la = g.lda, lb = g.ldb;
+    if (g.adt != LOOM_F32) {
+      la = g.ta ? g.M : g.K;
+      A = wa = widened_copy(g.A, g.adt, g.ta ? g.K : g.M, la, g.lda);
+    }
+    if (g.bdt != LOOM_F32) {
+      lb = g.tb ? g.K : g.N;
+      B = wb = widened_copy(g.B, g.bdt, g.tb ? g.N : g.K, lb, g.ldb);
+    }
+    if (A && B)
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, (int)g.M,
+                  (int)g.N, (int)g.K, g.alpha, A, (int)la, B, (int)lb, g.beta, g.C, (int)g.ldc);
+    loom_sys_free(wa);
+    loom_sys_free(wb);
+    if (A && B) return;
   }
 #endif
   gemm_builtin(&g);
+}
+
+void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, LOOM_F32, LOOM_F32, NULL,
+                       LOOM_F32};
+  gemm_run(&g);
+}
+
+void loom_cpu_sgemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                          loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt, int64_t ldb, float beta,
+                          float *C, int64_t ldc)
+{
+  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, a_dt, b_dt, NULL, LOOM_F32};
+  gemm_run(&g);
+}
+
+bool loom_cpu_sgemm_widen_to16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt,
+                               int64_t ldb, void *C, loom_dtype c_dt, int64_t ldc)
+{
+  if (M <= 0 || N <= 0) return true;
+  gemm_args g = {trans_a, trans_b, M, N, K, alpha, 0.0f, A, B, NULL, lda, ldb, ldc, a_dt, b_dt, C, c_dt};
+  const loom_gemm_kernel *kn = current_kernel();
+  bool builtin = true;
+#ifdef LOOM_HAVE_CBLAS
+  decide_policy();
+  builtin = atomic_load(&g_force_builtin);
+#endif
+  return builtin && kn->ukr && K > 0 && K <= kn->kc && alpha != 0.0f && gemm_builtin(&g);
+}
+
+/* Rows x cols of an f32 tile (leading dim ldt) rounded into a 16-bit
+   matrix (leading dim ldd). */
+void loom_gemm_store16(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, loom_dtype dt)
+{
+#if defined(__x86_64__)
+  if (loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2 && (dt == LOOM_BF16 || loom_cpu_f16c())) {
+    loom_gemm_store16_avx2(t, ldt, rows, cols, dst, ldd, dt == LOOM_F16);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < rows; i++) loom_cpu_store_f32((uint16_t *)dst + i * ldd, dt, 1, cols, t + i * ldt);
 }

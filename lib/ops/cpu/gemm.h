@@ -12,12 +12,35 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "loom/dtype.h"
+
 /* Row-major C[M,N] = alpha * op(A) · op(B) + beta * C, op = transpose when the flag is set.
    A is [M,K] (or [K,M] if trans_a) with leading dim lda; B is [K,N] (or [N,K] if trans_b) with ldb.
    beta == 0 means C is write-only (NaNs in C are ignored). Never fails: if the
    packing buffers cannot be allocated it falls back to a slow unpacked loop. */
 void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* loom_cpu_sgemm with A of dtype a_dt and B of dtype b_dt, each LOOM_F32,
+   LOOM_F16 or LOOM_BF16 (lda/ldb in elements): 16-bit operands are widened
+   to f32 exactly while they are packed, so C is bit-identical to
+   loom_cpu_sgemm on widened copies, without the copies (the mixed precision
+   Linear on CPUs without native 16-bit kernels). OpenBLAS, which takes only
+   f32, gets widened copies. */
+void loom_cpu_sgemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                          loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt, int64_t ldb, float beta,
+                          float *C, int64_t ldc);
+
+/* loom_cpu_sgemm_widen with beta = 0 and a 16-bit C (c_dt LOOM_F16 or
+   LOOM_BF16, ldc in elements), each tile rounded (to nearest even) as soon
+   as it is finished, so no f32 C goes through memory: bit-identical to
+   rounding loom_cpu_sgemm_widen's f32 C. Only where that is possible: the
+   built-in kernels, 0 < K <= one K slice of the kernel (256), alpha != 0,
+   packing buffers available; otherwise it returns false having written
+   nothing, and the caller takes the f32 route. */
+bool loom_cpu_sgemm_widen_to16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt,
+                               int64_t ldb, void *C, loom_dtype c_dt, int64_t ldc);
 
 /* Which implementation runs: "openblas" or "builtin-avx512" / "builtin-avx2" / "builtin-generic". */
 const char *loom_cpu_gemm_impl(void);

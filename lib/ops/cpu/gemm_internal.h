@@ -22,7 +22,14 @@ typedef struct loom_gemm_kernel {
   loom_gemm_ukr_fn ukr;
 } loom_gemm_kernel;
 
+#include "loom/dtype.h"
+/* Rows x cols of an f32 tile t (leading dim ldt) rounded to dt (f16/bf16)
+ * into dst (leading dim ldd, in elements): the rounding of loom_cpu_store_f32. */
+void loom_gemm_store16(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, loom_dtype dt);
+
 #if defined(__x86_64__)
+/* Its AVX2 version (f16 through F16C: the caller checks the CPU has it). */
+void loom_gemm_store16_avx2(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, bool is_f16);
 void loom_gemm_ukr_avx2_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                              float alpha, float beta);
 void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
@@ -32,6 +39,10 @@ void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *a, const float *b, floa
  * 8x8 register transposes; needs AVX (the caller checks avx2). */
 void loom_gemm_pack_bt_avx2(const float *B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n, int nr,
                             float *dst);
+/* The same for a 16-bit B (f16 when is_f16, else bf16), widened to f32 as it
+ * is transposed. Needs AVX2, and F16C for f16 (the caller checks). */
+void loom_gemm_pack_bt16_avx2(const void *B, bool is_f16, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                              int nr, float *dst);
 #endif
 
 #endif

@@ -8,6 +8,7 @@
  * loads one row of the packed B sliver (NR floats, aligned) and broadcasts MR
  * values of the packed A sliver, so every loaded byte feeds several FMAs. */
 #include "ops/cpu/gemm_internal.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -165,4 +166,62 @@ __attribute__((target("avx2"))) void loom_gemm_pack_bt_avx2(const float *B, int6
   }
   for (int64_t c = n; c < nr; c++)
     for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = 0.0f;
+}
+
+/* 8 consecutive 16-bit values as f32: F16C for f16, a shift for bf16. */
+__attribute__((target("avx2,f16c"))) static inline __m256 load8_16(const uint16_t *p, bool is_f16) {
+  const __m128i h = _mm_loadu_si128((const __m128i *)p);
+  if (is_f16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline float one16(uint16_t v, bool is_f16) { return is_f16 ? loom_half_to_f32(v) : loom_bfloat_to_f32(v); }
+
+__attribute__((target("avx2,f16c"))) void loom_gemm_pack_bt16_avx2(const void *Bv, bool is_f16, int64_t ldb,
+                                                                  int64_t k0, int64_t kc, int64_t j0, int64_t n,
+                                                                  int nr, float *dst) {
+  const uint16_t *B = Bv;
+  const int64_t n8 = n & ~(int64_t)7, k8 = kc & ~(int64_t)7;
+  for (int64_t c = 0; c < n8; c += 8) {
+    const uint16_t *src = B + (j0 + c) * ldb + k0;
+    int64_t k = 0;
+    for (; k < k8; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; i++) r[i] = load8_16(src + i * ldb + k, is_f16);
+      transpose8(r);
+      for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (k + i) * nr + c, r[i]);
+    }
+    for (; k < kc; k++)
+      for (int i = 0; i < 8; i++) dst[k * nr + c + i] = one16(src[i * ldb + k], is_f16);
+  }
+  for (int64_t c = n8; c < n; c++) {
+    const uint16_t *src = B + (j0 + c) * ldb + k0;
+    for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = one16(src[k], is_f16);
+  }
+  for (int64_t c = n; c < nr; c++)
+    for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = 0.0f;
+}
+
+/* bf16 rounding of 8 floats as half.h does it (nearest even, NaN -> 0x7fff). */
+__attribute__((target("avx2"))) static inline __m128i bf16x8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  r = _mm256_blendv_epi8(r, bias, nan);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+
+__attribute__((target("avx2,f16c"))) void loom_gemm_store16_avx2(const float *t, int ldt, int64_t rows, int64_t cols,
+                                                                void *dst, int64_t ldd, bool is_f16) {
+  for (int64_t i = 0; i < rows; i++) {
+    const float *s = t + i * ldt;
+    uint16_t *d = (uint16_t *)dst + i * ldd;
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      const __m256 x = _mm256_loadu_ps(s + j);
+      _mm_storeu_si128((__m128i *)(d + j), is_f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : bf16x8(x));
+    }
+    for (; j < cols; j++) d[j] = is_f16 ? loom_half_from_f32(s[j]) : loom_bfloat_from_f32(s[j]);
+  }
 }

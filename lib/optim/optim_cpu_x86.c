@@ -1,0 +1,98 @@
+/* optim_cpu_x86.c — AVX2 versions of the CPU AdamW and SGD updates
+ * (optim_cpu.c calls them when the CPU kernels' instruction set is avx2 or
+ * wider), with the low-precision copy written from registers instead of a
+ * second pass.
+ *
+ * Bit-identical to the scalar loops: each lane does the same IEEE
+ * operations in the same order (+, -, *, / and sqrt are correctly rounded
+ * in both), the target is "avx2" without "fma" and the file is compiled
+ * with -ffp-contract=off, so no a*b+c is fused; the f16 copy rounds with
+ * F16C (= half.h) and the bf16 copy with half.h's integer rounding. */
+#include "optim/optim_cpu_x86.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "core/half.h"
+
+/* The 8 f32 values in x, rounded to dt (f16 or bf16), stored at d. */
+__attribute__((target("avx2,f16c"))) static inline void store8_lowp(uint16_t *d, __m256 x, bool f16) {
+  if (f16) {
+    _mm_storeu_si128((__m128i *)d, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    return;
+  }
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  r = _mm256_blendv_epi8(r, bias, nan);
+  _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08)));
+}
+
+static inline uint16_t lowp1(float x, bool f16) { return f16 ? loom_half_from_f32(x) : loom_bfloat_from_f32(x); }
+
+__attribute__((target("avx2,f16c"))) void loom_adamw_run_avx2(float *restrict p, float *restrict m,
+                                                              float *restrict v, const float *restrict g, int64_t n,
+                                                              const loom_adamw_consts *c, uint16_t *restrict lowp,
+                                                              bool f16) {
+  const __m256 b1 = _mm256_set1_ps(c->b1), c1 = _mm256_set1_ps(c->c1), b2 = _mm256_set1_ps(c->b2);
+  const __m256 c2 = _mm256_set1_ps(c->c2), eps = _mm256_set1_ps(c->eps), decay = _mm256_set1_ps(c->decay);
+  const __m256 step = _mm256_set1_ps(c->step_size), inv = _mm256_set1_ps(c->inv_bc2_sqrt);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 gj = _mm256_loadu_ps(g + j);
+    const __m256 mj = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + j)), _mm256_mul_ps(c1, gj));
+    const __m256 vj = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + j)), _mm256_mul_ps(_mm256_mul_ps(c2, gj), gj));
+    _mm256_storeu_ps(m + j, mj);
+    _mm256_storeu_ps(v + j, vj);
+    const __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vj), inv), eps);
+    const __m256 pj = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p + j), decay), _mm256_div_ps(_mm256_mul_ps(step, mj), den));
+    _mm256_storeu_ps(p + j, pj);
+    if (lowp) store8_lowp(lowp + j, pj, f16);
+  }
+  for (; j < n; j++) {
+    const float gj = g[j];
+    const float mj = c->b1 * m[j] + c->c1 * gj;
+    const float vj = c->b2 * v[j] + c->c2 * gj * gj;
+    m[j] = mj;
+    v[j] = vj;
+    p[j] = p[j] * c->decay - c->step_size * mj / (sqrtf(vj) * c->inv_bc2_sqrt + c->eps);
+    if (lowp) lowp[j] = lowp1(p[j], f16);
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void loom_sgd_run_avx2(float *restrict p, float *restrict m,
+                                                            const float *restrict g, int64_t n,
+                                                            const loom_sgd_consts *c, uint16_t *restrict lowp,
+                                                            bool f16) {
+  const __m256 wd = _mm256_set1_ps(c->wd), mom = _mm256_set1_ps(c->mom), damp = _mm256_set1_ps(c->damp);
+  const __m256 lr = _mm256_set1_ps(c->lr);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 pj = _mm256_loadu_ps(p + j);
+    __m256 d = _mm256_add_ps(_mm256_loadu_ps(g + j), _mm256_mul_ps(wd, pj));
+    if (m) {
+      const __m256 b = c->first ? d : _mm256_add_ps(_mm256_mul_ps(mom, _mm256_loadu_ps(m + j)), _mm256_mul_ps(damp, d));
+      _mm256_storeu_ps(m + j, b);
+      d = c->nesterov ? _mm256_add_ps(d, _mm256_mul_ps(mom, b)) : b;
+    }
+    const __m256 r = _mm256_sub_ps(pj, _mm256_mul_ps(lr, d));
+    _mm256_storeu_ps(p + j, r);
+    if (lowp) store8_lowp(lowp + j, r, f16);
+  }
+  for (; j < n; j++) {
+    float d = g[j] + c->wd * p[j];
+    if (m) {
+      float b = c->first ? d : c->mom * m[j] + c->damp * d;
+      m[j] = b;
+      d = c->nesterov ? d + c->mom * b : b;
+    }
+    p[j] -= c->lr * d;
+    if (lowp) lowp[j] = lowp1(p[j], f16);
+  }
+}
+#else
+typedef int loom_optim_cpu_x86_unused; /* ISO C forbids an empty translation unit */
+#endif
