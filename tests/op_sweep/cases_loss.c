@@ -16,8 +16,8 @@ static const int64_t CE[SW_NSHAPES][2] = {
     [SW_BATCH1] = {1, 5}, [SW_BIG] = {256, 4099}, [SW_WIDE] = {2, 2048},
 };
 
-/* Log-softmax of v [R, C] along dim (0 or 1) into out. */
-static void ref_log_softmax(const double *v, int64_t R, int64_t C, int dim, double *out) {
+/* Log-softmax of v [R, C] along dim (0 or 1) into out (sweep.h). */
+void sw_ref_log_softmax(const double *v, int64_t R, int64_t C, int dim, double *out) {
   int64_t lines = dim ? R : C, len = dim ? C : R, step = dim ? 1 : C, next = dim ? C : 1;
   for (int64_t l = 0; l < lines; l++) {
     const double *p = v + l * next;
@@ -39,9 +39,9 @@ void sw_case_log_softmax(const sw_config *c) {
   const int64_t *s = LS[c->shape];
   double *v, *want = sw_alloc(s[0] * s[1]);
   loom_tensor *in[1] = {sw_input(c, 2, s, -2, 2, 0, &v)};
-  ref_log_softmax(v, s[0], s[1], 1, want);
+  sw_ref_log_softmax(v, s[0], s[1], 1, want);
   if (sw_expect(c, log_softmax_fn(in, NULL), 2, s, want, 1, "log_softmax over dim 1")) {
-    ref_log_softmax(v, s[0], s[1], 0, want);
+    sw_ref_log_softmax(v, s[0], s[1], 0, want);
     sw_expect(c, loom_log_softmax(in[0], 0), 2, s, want, 1, "log_softmax over dim 0");
     sw_gradcheck(c, log_softmax_fn, NULL, in, 1, 1u, 1e-2, "gradient");
   }
@@ -56,7 +56,7 @@ void sw_case_log_softmax_backward(const sw_config *c) {
   int64_t R = s[0], C = s[1], n = R * C;
   double *vg, *vx = tk_rand_vals(n, -2, 2, 0, c->dtype), *yv = sw_alloc(n), *want = sw_alloc(n);
   loom_tensor *gy = sw_input(c, 2, s, -1, 1, 0, &vg);
-  ref_log_softmax(vx, R, C, 1, yv);
+  sw_ref_log_softmax(vx, R, C, 1, yv);
   for (int64_t i = 0; i < n; i++) yv[i] = tk_round(yv[i], c->dtype); /* what the kernel reads */
   loom_tensor *y = sw_input_vals(c, 2, s, c->dtype, yv);
   for (int64_t i = 0; i < R; i++) {
@@ -114,7 +114,7 @@ void sw_case_cross_entropy(const sw_config *c) {
   ce_data d;
   ce_make(c, &d);
   double *ls = sw_alloc(s[0] * s[1]), want = 0;
-  ref_log_softmax(d.v, s[0], s[1], 1, ls);
+  sw_ref_log_softmax(d.v, s[0], s[1], 1, ls);
   for (int64_t i = 0; i < s[0]; i++) want -= ls[i * s[1] + (int64_t)d.lab[i]] / (double)s[0];
   if (s[0] == 0) want = NAN;
   free(ls);

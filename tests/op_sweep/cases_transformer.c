@@ -58,15 +58,10 @@ static const int64_t SM[SW_NSHAPES][2] = {
     [SW_BATCH1] = {1, 5}, [SW_BIG] = {256, 4099}, [SW_WIDE] = {2, 2048},
 };
 
+/* Softmax as exp(log-softmax): one reference for both ops. */
 static void ref_softmax(const double *v, int64_t R, int64_t C, int dim, double *out) {
-  int64_t lines = dim ? R : C, len = dim ? C : R, step = dim ? 1 : C, next = dim ? C : 1;
-  for (int64_t l = 0; l < lines; l++) {
-    const double *p = v + l * next;
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < len; j++) m = fmax(m, p[j * step]);
-    for (int64_t j = 0; j < len; j++) s += exp(p[j * step] - m);
-    for (int64_t j = 0; j < len; j++) out[l * next + j * step] = exp(p[j * step] - m) / s;
-  }
+  sw_ref_log_softmax(v, R, C, dim, out);
+  for (int64_t i = 0; i < R * C; i++) out[i] = exp(out[i]);
 }
 
 static loom_tensor *softmax_fn(loom_tensor **in, void *ctx) {

@@ -133,6 +133,8 @@ void sw_gradcheck(const sw_config *c, tk_fn fn, void *ctx, loom_tensor **in, int
 extern const int64_t sw_nchw[SW_NSHAPES][4];
 
 /* ---- small helpers ------------------------------------------------------------------------ */
+/* float64 log-softmax of v [R, C] along dim (0 or 1) into out (cases_loss.c). */
+void sw_ref_log_softmax(const double *v, int64_t R, int64_t C, int dim, double *out);
 double *sw_alloc(int64_t n);  /* zeroed, n may be 0; asserts */
 int64_t sw_numel(int ndim, const int64_t *shape);
 
