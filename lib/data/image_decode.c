@@ -134,7 +134,11 @@ static loom_status jpeg_decode(const unsigned char *buf, size_t len, const char 
   plan_clamp(&p, fw, fh);
   /* Fancy (smooth) chroma upsampling reads a neighbour column: a cropped
    * edge would differ from a full decode, so crop one iMCU wider. */
+#if JPEG_LIB_VERSION >= 70  /* libjpeg(-turbo) built with the jpeg 7/8 API */
+  int margin = ci.max_h_samp_factor * (int)ci.min_DCT_h_scaled_size;
+#else
   int margin = ci.max_h_samp_factor * (int)ci.min_DCT_scaled_size;
+#endif
   int cx0 = p.x0 - margin < 0 ? 0 : p.x0 - margin, cx1 = p.x1 + margin > fw ? fw : p.x1 + margin;
   JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
   if (cw < ci.output_width) jpeg_crop_scanline(&ci, &xoff, &cw);  /* widens to the iMCU grid */
