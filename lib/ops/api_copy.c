@@ -75,9 +75,13 @@ loom_status loom_copy_(loom_tensor *dst, loom_tensor *src) {
   }
   loom_tensor *s = src;
   if (!loom_device_eq(dst->storage->device, src->storage->device)) {
+    /* Our own reference, whatever scope the caller has open: loom_keep
+     * would hand the copy to the caller's scope, which releases it again
+     * after the release below (a use-after-free seen on the GPU). */
     bool prev = loom_set_grad_enabled(false);
     loom_scope_begin();
-    s = loom_keep(loom_to_device(src, dst->storage->device));
+    s = loom_to_device(src, dst->storage->device);
+    if (s) loom_tensor_retain(s);
     loom_scope_end();
     loom_set_grad_enabled(prev);
     if (!s) return loom_last_status();
