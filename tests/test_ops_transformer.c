@@ -65,6 +65,38 @@ CPU_TEST(transformer_torch, gelu_tanh) {
   tk_assert_tensor(loom_grad(x), 1, &s, LOOM_F32, GELU_DX, TOL, "torch: gelu's dx");
 }
 
+/* GELU over the whole float range that matters, against float64 of the
+ * same function written without cancellation (x / (1 + exp(-2u))): the
+ * error bound grows with |u| because u itself is rounded to f32 before
+ * exp(-2u) magnifies it. 0.5 x (1 + tanhf(u)) fails this by 10^5 in the
+ * negative tail, where 1 + tanh(u) cancels. */
+static double gelu_dense_x(int64_t i) { return -12 + 24 * (double)i / 240000; }
+static double gelu_one(int64_t i) { (void)i; return 1; }
+CPU_TEST(transformer, gelu_dense_range_against_float64) {
+  int64_t n = 240001;
+  loom_tensor *x = leaf(n, 1, &n, gelu_dense_x), *y = loom_gelu(x);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  backward_with(y, n, 1, &n, gelu_one);
+  double *xv = tk_read(x), *yv = tk_read(y), *gv = tk_read(loom_grad(x));
+  double worst_y = 0, worst_g = 0;
+  int64_t at_y = 0, at_g = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double xd = xv[i], u = 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);
+    double sg = 1 / (1 + exp(-2 * u)), ref = xd * sg;
+    double dref = sg + 2 * xd * sg * (1 - sg) * 0.7978845608028654 * (1 + 3 * 0.044715 * xd * xd);
+    double b = (8 + 6 * fabs(u)) * 0x1p-24;
+    double ey = fabs(yv[i] - ref) / (b * fabs(ref) + 1e-30);
+    double eg = fabs(gv[i] - dref) / (b * (fabs(dref) + 0.5 * fabs(xd)) + 1e-30);
+    if (ey > worst_y) worst_y = ey, at_y = i;
+    if (eg > worst_g) worst_g = eg, at_g = i;
+  }
+  cr_log_info("gelu dense range: worst forward %.3f of its bound (x = %g), worst dx %.3f (x = %g)", worst_y,
+              xv[at_y], worst_g, xv[at_g]);
+  cr_assert(worst_y <= 1, "gelu(%g) = %.9g is %.3g bounds from float64", xv[at_y], yv[at_y], worst_y);
+  cr_assert(worst_g <= 1, "gelu'(%g) = %.9g is %.3g bounds from float64", xv[at_g], gv[at_g], worst_g);
+  free(xv), free(yv), free(gv);
+}
+
 static double ln_x(int64_t i) { return sin(0.37 * (double)i) * (1 + 0.3 * (double)(i % 8)) + 0.1 * (double)i; }
 static double ln_w(int64_t j) { return 0.5 + 0.1 * (double)j; }
 static double ln_b(int64_t j) { return 0.05 * (double)j - 0.2; }
