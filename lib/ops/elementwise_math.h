@@ -17,19 +17,21 @@ enum {
   LOOM_EW_GELU, LOOM_EW_GELU_BW,
 };
 
-/* exp(z) on the host written with arithmetic and one bit move only, so the
- * CPU's elementwise loops vectorize (libm's expf/tanhf are one call per
- * element: GELU ran at 0.4x PyTorch's vectorized one). Cephes' expf:
- * round z/ln2 to n, reduce with ln2 split in two, a degree-6 polynomial,
- * scale by 2^n through the exponent bits; within 2 ulp of exp for z in
- * [-87, 88], clamped outside (NaN -> exp(-87): callers carry the NaN in
- * another factor). The GPU uses its own expf. */
+/* exp(z) on the host written with arithmetic and bit moves only, so CPU
+ * loops over it vectorize (libm's expf/tanhf are one call per element:
+ * GELU ran at 0.4x PyTorch's vectorized one). Cephes' expf: round z/ln2 to
+ * n, reduce with ln2 split in two, a degree-6 polynomial, scale by 2^n
+ * through the exponent bits. Within 2 ulp of exp for z in [-87, 88]; 0
+ * below -87 (where exp is under the smallest normal, and for -inf), exp(88)
+ * above 88 (and +inf); NaN stays NaN. No float-to-int conversion: the
+ * integer n is read from the bits of z/ln2 + 1.5 * 2^23. The GPU uses its
+ * own expf. */
 static inline float loom_exp_host_f(float z) {
-  z = z > -87.0f ? z : -87.0f; /* NaN too */
-  z = z < 88.0f ? z : 88.0f;
-  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-  float n = (z * 1.44269504088896341f + magic) - magic;
-  float r = z - n * 0.693359375f;
+  float zc = z < -87.0f ? -87.0f : z; /* NaN passes both */
+  zc = zc > 88.0f ? 88.0f : zc;
+  const float magic = 12582912.0f; /* 1.5 * 2^23, bits 0x4B400000 */
+  float t = zc * 1.44269504088896341f + magic, n = t - magic;
+  float r = zc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -38,10 +40,13 @@ static inline float loom_exp_host_f(float z) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) * (1 << 23);
+  uint32_t tb, bits;
+  memcpy(&tb, &t, sizeof tb);
+  bits = (tb - 0x4B400000u + 127u) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  float e = p * scale;
+  return z < -87.0f ? 0.0f : e;
 }
 #ifdef __CUDA_ARCH__
 #define LOOM_GELU_EXP(z) expf(z)

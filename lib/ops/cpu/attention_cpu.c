@@ -19,6 +19,7 @@
 #include "core/sys.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/elementwise_math.h" /* loom_exp_host_f: a vectorizable expf */
 
 #define BR 64 /* query rows per tile */
 /* The inner loops below update independent elements (no sums across
@@ -122,7 +123,8 @@ loom_status loom_cpu_attention(loom_op_args *a) {
             float *srow = sc + i * BC, mx = m[i];
             for (int64_t j = 0; j < nv; j++) mx = srow[j] > mx ? srow[j] : mx;
             float corr = expf(m[i] - mx), sum = 0.0f;  /* m[i] = -inf at first: corr 0 */
-            for (int64_t j = 0; j < nv; j++) sum += (srow[j] = expf(srow[j] - mx));
+            for (int64_t j = 0; j < nv; j++) srow[j] = loom_exp_host_f(srow[j] - mx);
+            for (int64_t j = 0; j < nv; j++) sum += srow[j];
             l[i] = l[i] * corr + sum;
             m[i] = mx;
             float *ar = acc + i * D;
@@ -162,7 +164,7 @@ static void tile_grads(const attn_shape *s, const float *Q, const float *dO, con
     float lse = st[2 * (q0 + i)], dst = st[2 * (q0 + i) + 1];
     float *pr = p + i * BC, *dr = ds + i * BC;
     for (int64_t j = 0; j < nv; j++) {
-      pr[j] = expf(pr[j] - lse);
+      pr[j] = loom_exp_host_f(pr[j] - lse);
       dr[j] = pr[j] * (dr[j] - dst);
     }
     for (int64_t j = nv; j < nk; j++) pr[j] = dr[j] = 0.0f;

@@ -15,6 +15,7 @@
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm.h"
+#include "ops/elementwise_math.h" /* loom_exp_host_f: a vectorizable expf */
 
 #define CHUNK_FLOATS ((int64_t)1 << 22) /* 16 MiB of logits at a time */
 
@@ -69,7 +70,12 @@ loom_status loom_cpu_linear_cross_entropy(loom_op_args *a) {
       float m = -INFINITY;
       for (int64_t j = 0; j < V; j++) m = row[j] > m ? row[j] : m;
       double s = 0;
-      for (int64_t j = 0; j < V; j++) s += expf(row[j] - m);
+      float e[256];
+      for (int64_t j0 = 0; j0 < V; j0 += 256) {
+        int64_t nn = V - j0 < 256 ? V - j0 : 256;
+        for (int64_t j = 0; j < nn; j++) e[j] = loom_exp_host_f(row[j0 + j] - m);
+        for (int64_t j = 0; j < nn; j++) s += e[j];
+      }
       float ls = (float)log(s);
       plse[r0 + i] = m + ls;
       rl[i] = (double)(m - row[label_at(labels, r0 + i)]) + (double)ls;
@@ -101,7 +107,7 @@ loom_status loom_cpu_linear_cross_entropy_backward(loom_op_args *a) {
 #pragma omp parallel for schedule(static) if (nr * V >= LOOM_CPU_PAR_MIN)
     for (int64_t i = 0; i < nr; i++) {
       float *row = L + i * V, ls = plse[r0 + i];
-      for (int64_t j = 0; j < V; j++) row[j] = expf(row[j] - ls) * g;
+      for (int64_t j = 0; j < V; j++) row[j] = loom_exp_host_f(row[j] - ls) * g;
       row[label_at(labels, r0 + i)] -= g;
     }
     if (dx) loom_cpu_sgemm(false, false, nr, E, V, 1.0f, L, V, pw, E, 0.0f, (float *)loom_tensor_ptr(dx) + r0 * E, E);

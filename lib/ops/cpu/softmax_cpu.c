@@ -6,6 +6,7 @@
 #include "core/sys.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/elementwise_math.h" /* loom_exp_host_f: a vectorizable expf */
 
 /* Rows of C elements, each thread with its own f32 row buffers (two: the
  * backward reads gy and y side by side). */
@@ -41,7 +42,8 @@ loom_status loom_cpu_softmax(loom_op_args *a) {
     for (int64_t j = 0; j < C; j++) m = r0[j] > m ? r0[j] : m;
     double s = 0;
     /* A row of -inf only: m is -inf and every exp is NaN, as in PyTorch. */
-    for (int64_t j = 0; j < C; j++) s += (r0[j] = expf(r0[j] - m));
+    for (int64_t j = 0; j < C; j++) r0[j] = loom_exp_host_f(r0[j] - m);
+    for (int64_t j = 0; j < C; j++) s += r0[j];
     float inv = (float)(1.0 / s);
     for (int64_t j = 0; j < C; j++) r0[j] *= inv;
     loom_cpu_store_f32(po + (size_t)(i * C) * es, o->dtype, 1, C, r0);
