@@ -6,6 +6,7 @@
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/cpu_isa.h"
 #include "ops/elementwise_math.h"
 
 #define RUN 256  /* elements converted per run for non-f32 dtypes */
@@ -17,12 +18,57 @@
   else if (sa == 0 && sb == 1) { float x = a[0]; for (int64_t j = 0; j < n; j++) { float y = b[j]; o[j] = (EXPR); } } \
   else { for (int64_t j = 0; j < n; j++) { float x = a[j * sa], y = b[j * sb]; o[j] = (EXPR); } }
 
+/* GELU and its gradient over contiguous f32, the one elementwise pair with
+ * real arithmetic per element: the same C loop compiled for AVX-512 and
+ * AVX2 too (8 or 16 lanes instead of baseline x86-64's 4), picked by the
+ * ISA level the GEMMs use (cpu_isa.h). FMA may contract the polynomial
+ * there: results move within the bound the dense-range test holds. */
+#define GELU_LOOPS(SUFFIX, ATTR)                                                                         \
+  ATTR static void gelu_fwd_##SUFFIX(const float *a, float *o, int64_t n) {                            \
+    for (int64_t j = 0; j < n; j++) o[j] = loom_gelu_f(a[j]);                                          \
+  }                                                                                                    \
+  ATTR static void gelu_bwd_##SUFFIX(const float *dy, const float *x, float *o, int64_t n) {          \
+    for (int64_t j = 0; j < n; j++) o[j] = dy[j] * loom_gelu_grad_f(x[j]);                             \
+  }
+GELU_LOOPS(base, )
+#if defined(__x86_64__) && defined(__GNUC__)
+GELU_LOOPS(avx2, __attribute__((target("avx2,fma"))))
+GELU_LOOPS(avx512, __attribute__((target("avx512f"))))
+#endif
+
+static void gelu_fwd(const float *a, float *o, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  loom_cpu_isa_level l = loom_cpu_isa_level_now();
+  if (l >= LOOM_CPU_ISA_AVX512) gelu_fwd_avx512(a, o, n);
+  else if (l >= LOOM_CPU_ISA_AVX2) gelu_fwd_avx2(a, o, n);
+  else
+#endif
+    gelu_fwd_base(a, o, n);
+}
+
+static void gelu_bwd(const float *dy, const float *x, float *o, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  loom_cpu_isa_level l = loom_cpu_isa_level_now();
+  if (l >= LOOM_CPU_ISA_AVX512) gelu_bwd_avx512(dy, x, o, n);
+  else if (l >= LOOM_CPU_ISA_AVX2) gelu_bwd_avx2(dy, x, o, n);
+  else
+#endif
+    gelu_bwd_base(dy, x, o, n);
+}
+
 static void bin_f32(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *o, int64_t n) {
   switch (op) {
     case LOOM_EW_ADD: BIN_LOOP(x + y); break;
     case LOOM_EW_SUB: BIN_LOOP(x - y); break;
     case LOOM_EW_MUL: BIN_LOOP(x * y); break;
     case LOOM_EW_DIV: BIN_LOOP(x / y); break;
+    case LOOM_EW_GELU_BW:
+      if (sa == 1 && sb == 1) {
+        gelu_bwd(a, b, o, n);
+        break;
+      }
+      for (int64_t j = 0; j < n; j++) o[j] = loom_ew_binary(op, a[j * sa], b[j * sb]);
+      break;
     default: for (int64_t j = 0; j < n; j++) o[j] = loom_ew_binary(op, a[j * sa], b[j * sb]); break;
   }
 }
@@ -37,7 +83,10 @@ static void un_f32(int op, float s, const float *a, int64_t sa, float *o, int64_
     case LOOM_EW_MUL_S: UN_LOOP(x * s); break;
     case LOOM_EW_RELU: UN_LOOP(x > 0.0f ? x : 0.0f); break;
     case LOOM_EW_NEG: UN_LOOP(-x); break;
-    case LOOM_EW_GELU: UN_LOOP(loom_gelu_f(x)); break;
+    case LOOM_EW_GELU:
+      if (sa == 1) gelu_fwd(a, o, n);
+      else UN_LOOP(loom_gelu_f(x));
+      break;
     default: for (int64_t j = 0; j < n; j++) o[j] = loom_ew_unary(op, a[j * sa], s); break;
   }
 }
