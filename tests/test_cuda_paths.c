@@ -396,6 +396,33 @@ CUDA_TEST(cuda_vs_cpu, philox_fills_equal_the_cpu_stream) {
       }
 }
 
+/* ---- empty tensors -------------------------------------------------------------------------- */
+
+/* A fresh tensor with an inner empty dim ([2, 0, 4, 5], strides counting the
+ * empty dim as 1) is not "contiguous" to loom_tensor_is_contiguous; the CUDA
+ * entries once refused it where the CPU's take it (first GPU run: the op
+ * sweep's log_softmax [.., empty, cuda:0]). Every call here must succeed. */
+CUDA_TEST(cuda_vs_cpu, empty_tensors_with_an_inner_empty_dim_are_accepted) {
+  const int64_t s4[4] = {2, 0, 4, 5};
+  for (int normal = 0; normal <= 1; normal++) {
+    loom_tensor *r = normal ? loom_randn(4, s4, LOOM_F32, gpu()) : loom_rand(4, s4, LOOM_F32, gpu());
+    cr_assert_not_null(r, "%s of [2, 0, 4, 5] on the GPU: %s", normal ? "randn" : "rand", loom_last_error());
+  }
+  for (int dim = 0; dim < 4; dim++) {
+    loom_scope_begin();
+    loom_tensor *x = loom_zeros(4, s4, LOOM_F32, gpu());
+    cr_assert_eq(loom_set_requires_grad(x, true), LOOM_OK, "%s", loom_last_error());
+    loom_tensor *y = loom_log_softmax(x, dim);
+    cr_assert_not_null(y, "log_softmax over dim %d of [2, 0, 4, 5]: %s", dim, loom_last_error());
+    tk_assert_shape(y, 4, s4, "log_softmax of an empty tensor");
+    cr_assert_eq(loom_backward(loom_sum_all(y)), LOOM_OK, "log_softmax backward over dim %d: %s", dim,
+                 loom_last_error());
+    cr_assert_not_null(loom_grad(x));
+    tk_assert_shape(loom_grad(x), 4, s4, "the gradient of an empty tensor");
+    loom_scope_end();
+  }
+}
+
 /* ---- allocator backends ------------------------------------------------------------------- */
 
 CUDA_TEST(cuda_alloc, cuda_async_backend_serves_tensors) {

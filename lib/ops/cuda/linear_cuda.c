@@ -183,7 +183,7 @@ loom_status loom_cuda_linear_backward(loom_op_args *a) {
   int64_t N = w->shape[0];
   int64_t M = K ? loom_shape_numel(x->ndim, x->shape) / K : loom_shape_numel(gy->ndim, gy->shape) / (N ? N : 1);
   if (chain && (relu || !in3 || in3->dtype != LOOM_U8 || in3->ndim != 2 || in3->shape[0] != M ||
-                in3->shape[1] * 8 < K || (in3->shape[1] * 8) % 128 != 0 || !loom_tensor_is_contiguous(in3)))
+                in3->shape[1] * 8 < K || (in3->shape[1] * 8) % 128 != 0 || !loom_cuda_dense(in3)))
     return loom_set_error(LOOM_ERR_INTERNAL, "linear backward: inconsistent ReLU-mask chaining arguments");
   if (relu && (!in3 || !loom_dtype_is_float(in3->dtype)))
     return loom_set_error(LOOM_ERR_INTERNAL, "linear backward: ReLU needs the layer's output");
@@ -196,7 +196,7 @@ loom_status loom_cuda_linear_backward(loom_op_args *a) {
     if (gy->dtype != dt || in3->dtype != dt)
       return loom_set_error(LOOM_ERR_DTYPE, "linear backward: gradient %s / output %s do not match the layer's %s",
                             loom_dtype_name(gy->dtype), loom_dtype_name(in3->dtype), loom_dtype_name(dt));
-    if (overwrite && loom_tensor_is_contiguous(gy)) dz = loom_tensor_retain(gy);
+    if (overwrite && loom_cuda_dense(gy)) dz = loom_tensor_retain(gy);
     else dz = loom_cuda_scratch(gy, gy->ndim, gy->shape, dt);
     if (!dz) return loom_last_status();
     st = binary(c, LOOM_EW_RELU_BW, dz, gy, in3);
