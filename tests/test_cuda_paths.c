@@ -651,8 +651,8 @@ static void compare_runs(const run_out *a, const run_out *b, double rtol, double
  * before adding the bias, the epilogue adds it in f32 and rounds once, so
  * the two forwards disagree in the last bit, and in bf16 (8 significant
  * bits) a pre-activation within one rounding of 0 flips its ReLU. The first
- * GPU run compared whole fused and unfused runs and failed in bf16 (w1
- * element 442: -0.00266 vs -0.00389); a float64 emulation of both paths on
+ * GPU run compared whole fused and unfused runs and failed in bf16
+ * (element 442: -0.00266 vs -0.00389); a float64 emulation of both paths on
  * this test's data (seeds 21, 22) finds 3 flipped ReLUs (1 in layer 1, 2 in
  * layer 2) and 97 gradient elements past the tolerance from them alone, and
  * none once the forward is shared. So the assertion compared two different
