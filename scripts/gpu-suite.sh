@@ -316,7 +316,11 @@ sanitizer_probe() {
 export -f facts deps_report bundle_criterion ctest_cuda sanitizer_probe
 
 # ---- the plan: core steps, in order of value ------------------------------------------------------
-step facts --core --budget 15 -- facts
+# Budgets recalibrated from the first GPU run (H200, 2026-11-26: facts 4 s,
+# configure 1 s on a warm build dir, mnist_fp32 1.4 s, sanitizer_probe 1 s,
+# ctest_cuda 81 s, memcheck_test_cuda_paths 16 s): with ctest_cuda at 150 s
+# the core steps add up to 420 s, the default --budget.
+step facts --core --budget 10 -- facts
 
 CMAKE_ARGS=(-S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR=ON)
 command -v ninja >/dev/null 2>&1 && [ ! -f "$B/CMakeCache.txt" ] && CMAKE_ARGS+=(-G Ninja)
@@ -334,7 +338,7 @@ fi
 # this one does not: on a GPU machine warnings are reported, not fatal (the
 # build step's log has them); CI keeps -Werror, with GCC and clang.
 ((GPU_OK)) && CMAKE_ARGS+=(-DLOOM_WERROR=OFF)
-step configure --core --budget 45 -- "cmake ${CMAKE_ARGS[*]@Q} && grep -E '^(CUDNN_LIBRARY|NCCL_LIBRARY|CRITERION_LIBRARY|ZLIB_LIBRARY_RELEASE|LOOM_JANSSON_LIB|CMAKE_CUDA_ARCHITECTURES|LOOM_BUILD_TESTS|LOOM_WERROR):' '$B/CMakeCache.txt'"
+step configure --core --budget 30 -- "cmake ${CMAKE_ARGS[*]@Q} && grep -E '^(CUDNN_LIBRARY|NCCL_LIBRARY|CRITERION_LIBRARY|ZLIB_LIBRARY_RELEASE|LOOM_JANSSON_LIB|CMAKE_CUDA_ARCHITECTURES|LOOM_BUILD_TESTS|LOOM_WERROR):' '$B/CMakeCache.txt'"
 # -k: one target that does not compile must not keep the rest from being built and run.
 KEEP_GOING="-k"
 grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$B/CMakeCache.txt" 2>/dev/null && KEEP_GOING="-k 0"
@@ -349,9 +353,9 @@ fi
 MNIST_DATA="${DEPS:+$DEPS/fashion-mnist}"
 MNIST_DATA="${MNIST_DATA:-/usr/share/datasets/fashion-mnist}"
 step ctest_cuda --core --gpu --budget 150 -- ctest_cuda
-step mnist_fp32 --core --gpu --needs "$B/examples/loom-mnist" --budget 30 -- \
+step mnist_fp32 --core --gpu --needs "$B/examples/loom-mnist" --budget 20 -- \
   "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs 3 --seed 42 --quiet --precision fp32"
-step sanitizer_probe --core --gpu --budget 30 -- sanitizer_probe
+step sanitizer_probe --core --gpu --budget 15 -- sanitizer_probe
 step memcheck_test_cuda_paths --core --gpu --sanitizer --needs "$T/test_cuda_paths" --budget 30 -- \
   "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/test_cuda_paths' --jobs 1 --filter '*cuda*/*'"
 
@@ -362,7 +366,10 @@ step resnet50_amp_vs_pytorch --gpu --needs "$B/examples/loom-resnet" --budget 12
 # The op sweep at every size, dtype and layout on the GPU (tests/test_op_sweep.c's full mode).
 step op_sweep_cuda_full --gpu --needs "$T/test_op_sweep" --budget 120 -- \
   "LOOM_TEST_DEVICE=cuda LOOM_SWEEP_FULL=1 '$T/test_op_sweep' --jobs 1 --filter 'op_sweep_cuda/*'"
-step linear_cuda_f32 --gpu --needs "$B/bench/bench_linear_cuda" --budget 30 -- "'$B/bench/bench_linear_cuda' 50 f32"
+# f32 without TF32 is the slow case: 16 sizes x 3 paths x (3 + 5 x reps) blocks;
+# at 50 reps the H200 needed about 72 s (the first run was cut at 30 s after
+# 14 of 16 sizes), at 20 reps about 30 s.
+step linear_cuda_f32 --gpu --needs "$B/bench/bench_linear_cuda" --budget 60 -- "'$B/bench/bench_linear_cuda' 20 f32"
 step op_overhead_vs_pytorch --gpu --needs "$B/bench/bench_op_overhead" --budget 60 -- "LOOM_PYTHON='$PY' '$ROOT/bench/op_overhead/run_op_overhead.sh' --device cuda --build '$B' --rounds 3 --iters 100000"
 EPOCHS=3
 ((QUICK)) && EPOCHS=1
@@ -398,7 +405,11 @@ step mnist_profile --gpu --needs "$B/examples/loom-mnist" --budget 30 -- \
   "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42 --quiet --profile '$B/gpu-trace.json' --logdir '$B/gpu-logs'"
 step alloc --gpu --needs "$B/bench/bench_alloc" --budget 30 -- "'$B/bench/bench_alloc'"
 step loader_cuda --gpu --needs "$B/bench/bench_loader" --budget 30 -- "'$B/bench/bench_loader' 20000 2 cuda"
-step nccl_allreduce --gpu --needs "$B/bench/bench_allreduce" --budget 30 -- "'$B/bench/bench_allreduce' --device cuda"
+# One rank, no launcher: the node has one GPU (NCCL refuses two ranks on one
+# device) and bench_allreduce opens a one-rank NCCL communicator when started
+# without mpirun. A smoke of the NCCL path (init, all-reduce, synchronize)
+# with its times; busbw is 0 by definition at one rank.
+step nccl_allreduce --gpu --needs "$B/bench/bench_allreduce" --budget 30 -- "'$B/bench/bench_allreduce' device=cuda max=67108864"
 # The Python package's DLPack tests with torch on the GPU (the package from
 # the tree, libloom from the build; the node's python needs pytest).
 step python_dlpack_cuda --gpu --needs "$B/lib/libloom.so" --budget 60 -- \
@@ -409,11 +420,39 @@ step alloc_expandable --gpu --needs "$B/bench/bench_alloc_expandable" --budget 3
 step memory_step --gpu --needs "$B/bench/bench_memory_step" --budget 30 -- "'$B/bench/bench_memory_step' --device cuda --batch 2048 --layers 16 --width 256 --every 4"
 
 # ---- compute-sanitizer on the rest (last: slow, and its time is hard to predict) ---------------------
-SAN_TESTS="test_sync test_ops_elementwise test_ops_reduce test_ops_loss test_ops_linalg test_nn_optim test_amp test_alloc_device test_loader"
-((QUICK)) && SAN_TESTS="test_sync"
-for t in $SAN_TESTS; do
+# BINARY:FILTER, the filter a Criterion glob over suite/test. Each suite must
+# exist in tests/BINARY.c: --plan checks it (a filter that matches nothing
+# makes compute-sanitizer fail with "terminated before first instrumented API
+# call", as the first GPU run found for test_nn_optim, test_amp and
+# test_alloc_device, which have no CUDA suites: nn and the optimizers run on
+# the GPU in test_train and test_optim_groups, AMP in test_cuda_paths'
+# cuda_amp (memcheck_test_cuda_paths), the real device allocator in
+# test_alloc_expandable's and test_cuda_paths' CUDA suites).
+SAN_TESTS="test_sync:*cuda*/* test_ops_elementwise:*cuda*/* test_ops_reduce:*cuda*/* test_ops_loss:*cuda*/*
+  test_ops_linalg:*cuda*/* test_train:train_cuda/* test_optim_groups:optim_groups_cuda/*
+  test_alloc_expandable:alloc_expandable_cuda/* test_loader:loader_cuda/*"
+((QUICK)) && SAN_TESTS="test_sync:*cuda*/*"
+# The suites of tests/NAME.c: Test(s, ...) and CUDA_TEST(s, ...) name s;
+# DEVICE_TEST(s, ...) names s_cpu and s_cuda (tests/support/testkit.h).
+suites_of() {
+  sed -nE 's/^(Test|CUDA_TEST|DEVICE_TEST)\([[:space:]]*([A-Za-z0-9_]+).*/\1 \2/p' "$ROOT/tests/$1.c" |
+    awk '$1 == "DEVICE_TEST" { print $2 "_cpu"; print $2 "_cuda"; next } { print $2 }' | sort -u
+}
+# Whether Criterion filter F (suite-glob/test-glob) selects a suite of tests/NAME.c.
+filter_matches() {
+  local pat="${2%%/*}" su
+  while read -r su; do
+    # shellcheck disable=SC2053
+    [[ "$su" == $pat ]] && return 0
+  done < <(suites_of "$1")
+  return 1
+}
+SAN_BAD=""
+for e in $SAN_TESTS; do
+  t="${e%%:*}" f="${e#*:}"
+  filter_matches "$t" "$f" || SAN_BAD="$SAN_BAD $t:$f"
   step "memcheck_$t" --gpu --sanitizer --needs "$T/$t" --budget 60 -- \
-    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
+    "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '$f'"
 done
 CNN_SAN_TESTS="test_ops_batch_norm test_ops_pool test_ops_cnn_misc"
 ((QUICK)) && CNN_SAN_TESTS="test_ops_batch_norm"
@@ -422,13 +461,15 @@ for t in $CNN_SAN_TESTS; do
     "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/$t' --jobs 1"
 done
 for t in test_ops_loss test_ops_reduce; do
+  filter_matches "$t" '*cuda*/*' || SAN_BAD="$SAN_BAD $t:*cuda*/*"
   step "racecheck_$t" --gpu --sanitizer --needs "$T/$t" --budget 60 -- \
     "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool racecheck --error-exitcode 1 --target-processes all '$T/$t' --jobs 1 --filter '*cuda*/*'"
 done
+filter_matches test_cuda_paths '*cuda*/*' || SAN_BAD="$SAN_BAD test_cuda_paths:*cuda*/*"
 
 # ---- --plan: print and check the plan, run nothing ---------------------------------------------------
 if ((PLAN)); then
-  awk -F'\t' -v total="$BUDGET" -v node="$NODE_LIMIT" '
+  awk -F'\t' -v total="$BUDGET" -v node="$NODE_LIMIT" -v san_bad="$SAN_BAD" '
     BEGIN { printf "%-30s %-5s %6s %9s  %s\n", "step", "tier", "budget", "starts by", "" }
     { t = $7; b = $6 + 0
       if (t == "core") { fit = (core + b <= total) ? "planned" : "OVER THE PLAN"; start = core; core += b; if (core > total) bad = 1 }
@@ -438,6 +479,7 @@ if ((PLAN)); then
       printf "\ncore steps: %d s of --budget %d s; node limit %d s (the device tool: 600 s a command)\n", core, total, node
       if (total + 60 > node) { print "plan: FAIL: --budget leaves under 60 s of the " node " s"; exit 1 }
       if (bad) { print "plan: FAIL: the core steps need more than --budget"; exit 1 }
+      if (san_bad != "") { print "plan: FAIL: sanitizer filters that select no suite of their test file:" san_bad; exit 1 }
       print "plan: ok"
     }' "$TSV"
   exit $?

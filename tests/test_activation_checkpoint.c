@@ -7,7 +7,8 @@
  * refused, errors; ResNet-20 with loom_resnet_options.checkpoint_every
  * trained a few SGD steps: gradients, parameters and batch norm buffers
  * (running statistics, num_batches_tracked) bit-identical to the plain run,
- * peak allocated lower. */
+ * peak allocated lower. Bits are compared in deterministic mode (see
+ * bit_identical_mode). */
 #include <criterion/criterion.h>
 #include <stddef.h>
 #include <string.h>
@@ -58,12 +59,21 @@ static double *mlp_grads(loom_device dev, int n_hidden, int every, bool x_grad, 
   return all;
 }
 
+/* Bit-identity is loom's promise in deterministic mode (loom_set_deterministic,
+ * ops.h): on a GPU, without it cuDNN may sum with atomics and the fused
+ * Linear layers' cuBLASLt epilogues depend on the graph, which checkpoint
+ * segments cut (the first GPU run: b1 of the MLP one ulp off, ResNet-20's
+ * first weight gradient). Every test comparing bits turns it on (each
+ * Criterion test is its own process); on the CPU it changes nothing. */
+static void bit_identical_mode(void) { loom_set_deterministic(true); }
+
 static void assert_same_bits(const double *a, const double *b, int n, const char *what) {
   for (int i = 0; i < n; i++)
     cr_assert(a[i] == b[i], "%s: element %d differs: %.9g vs %.9g", what, i, a[i], b[i]);
 }
 
 DEVICE_TEST(checkpoint, mlp_gradients_equal_the_plain_run_for_every_segment_length) {
+  bit_identical_mode();
   int n0 = 0;
   double *plain = mlp_grads(dev, 5, 0, true, &n0);
   for (int every = 1; every <= 7; every += 2) {
@@ -79,6 +89,7 @@ DEVICE_TEST(checkpoint, mlp_gradients_equal_the_plain_run_for_every_segment_leng
 }
 
 DEVICE_TEST(checkpoint, inputs_that_need_no_grad_still_give_parameter_gradients) {
+  bit_identical_mode();
   int n0 = 0, n1 = 0;
   double *plain = mlp_grads(dev, 3, 0, false, &n0), *ck = mlp_grads(dev, 3, 1, false, &n1);
   cr_assert_eq(n0, n1);
@@ -117,6 +128,7 @@ static void dropout_run(loom_device dev, bool ckpt, double **gx, double **gw, do
 }
 
 DEVICE_TEST(checkpoint, dropout_masks_are_replayed_and_the_generator_does_not_move) {
+  bit_identical_mode();
   double *px, *pw, *cx, *cw, pa, ca;
   dropout_run(dev, false, &px, &pw, &pa);
   dropout_run(dev, true, &cx, &cw, &ca);
@@ -279,6 +291,7 @@ Test(checkpoint, bad_arguments_and_failing_functions_are_errors) {
 
 /* loom_module_set_checkpoint on a whole MLP: one segment, same gradients. */
 DEVICE_TEST(checkpoint, module_switch_gives_the_same_gradients) {
+  bit_identical_mode();
   int n0 = 0;
   double *plain = mlp_grads(dev, 2, 0, true, &n0);
   loom_manual_seed(7);
@@ -338,6 +351,7 @@ static void bn_run(loom_device dev, bool ckpt, double **gx, double **rm, double 
 }
 
 DEVICE_TEST(checkpoint, batch_norm_running_stats_are_updated_once) {
+  bit_identical_mode();
   double *pg, *pm, *pv, *cg, *cm, *cv;
   bn_run(dev, false, &pg, &pm, &pv);
   bn_run(dev, true, &cg, &cm, &cv);
@@ -444,6 +458,7 @@ static void rn_free(rn_run *r) {
 }
 
 DEVICE_TEST(checkpoint, resnet20_training_is_bit_identical_and_peak_memory_drops) {
+  bit_identical_mode();
   rn_run plain, ck1, ck2;
   resnet_run(dev, 0, &plain);
   resnet_run(dev, 1, &ck1);

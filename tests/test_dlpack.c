@@ -282,7 +282,11 @@ Test(dlpack, failures_still_call_the_deleter_once) {
       t = loom_from_dlpack(&p->m);
     }
     cr_assert_null(t, "%s: accepted", w);
-    tk_assert_error(loom_last_status(), cases[c].code, cases[c].frag);
+    loom_status code = cases[c].code;
+    /* Host memory labelled CUDA: without a GPU loom does not see device 0;
+     * with one, device 0 exists but CUDA does not know the address. */
+    if (!strcmp(w, "cuda") && loom_device_count(LOOM_CUDA) > 0) code = LOOM_ERR_INVALID_ARG;
+    tk_assert_error(loom_last_status(), code, cases[c].frag);
     cr_assert_eq(g_deleted, 1, "%s: deleter ran %d times", w, g_deleted);
   }
   cr_assert_null(loom_from_dlpack(NULL));

@@ -11,8 +11,10 @@ shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common="--train-limit 1024 --test-limit 500 --hidden 64 --batch 64 --device cpu --threads 2 --schedule constant --quiet"
-"$@" "$bin" $common --epochs 2 --save "$tmp/straight"
-"$@" "$bin" $common --epochs 1 --save "$tmp/resumed" --save-every 5
-"$@" "$bin" $common --epochs 2 --save "$tmp/resumed" --resume
+# The Fashion-MNIST files: ctest gives the configured LOOM_FASHION_MNIST_DIR.
+data="${LOOM_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
+"$@" "$bin" $common --data "$data" --epochs 2 --save "$tmp/straight"
+"$@" "$bin" $common --data "$data" --epochs 1 --save "$tmp/resumed" --save-every 5
+"$@" "$bin" $common --data "$data" --epochs 2 --save "$tmp/resumed" --resume
 cmp "$tmp/straight/checkpoint.safetensors" "$tmp/resumed/checkpoint.safetensors"
 echo "resume: identical checkpoints"

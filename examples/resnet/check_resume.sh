@@ -13,8 +13,10 @@ shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common="--train-limit 256 --test-limit 100 --batch 32 --epochs 2 --device cpu --threads 1 --workers 1 --quiet"
-"$@" "$bin" $common --save "$tmp/straight"
-"$@" "$bin" $common --save "$tmp/resumed" --save-every 3 --max-steps 5
-"$@" "$bin" $common --save "$tmp/resumed" --resume
+# The Fashion-MNIST files: ctest gives the configured LOOM_FASHION_MNIST_DIR.
+data="${LOOM_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
+"$@" "$bin" $common --data "$data" --save "$tmp/straight"
+"$@" "$bin" $common --data "$data" --save "$tmp/resumed" --save-every 3 --max-steps 5
+"$@" "$bin" $common --data "$data" --save "$tmp/resumed" --resume
 cmp "$tmp/straight/checkpoint.safetensors" "$tmp/resumed/checkpoint.safetensors"
 echo "resume: identical checkpoints"

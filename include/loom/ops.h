@@ -249,7 +249,12 @@ LOOM_API bool loom_get_allow_tf32(void);
  * non-deterministic (CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: those that sum
  * partial results with atomics, typically in backward-data and
  * backward-filter), and where none is left, loom's own GEMM path; a
- * cached plan chosen in the other mode is not reused. Everything else is
+ * cached plan chosen in the other mode is not reused. On the GPU it also
+ * makes results independent of the autograd graph's shape, so activation
+ * checkpointing's recompute gives the plain run's bits: the fused Linear
+ * layers then skip the cuBLASLt epilogues whose use depends on the graph
+ * (the ReLU mask, DRELU_BGRAD across layers, BGRADB) and take plain GEMMs
+ * and loom's own bias-gradient sums. Everything else is
  * deterministic in both modes: loom's CPU kernels and its own CUDA kernels
  * use no floating-point atomics, and cuBLAS/cuBLASLt give the same bits at
  * every run on the same GPU (architecture and SM count) and library

@@ -16,7 +16,10 @@
  * for host memory, that the first and the last byte the strides reach lie
  * in mapped pages (a stride or shape that does not describe the producer's
  * buffer is refused instead of faulting later; holes in between cannot be
- * seen). */
+ * seen); for memory a capsule says is on a GPU, that CUDA knows both bytes
+ * as memory the device can use (its own, managed or mapped pinned memory)
+ * and not as another GPU's (a kernel reading a pageable host address would
+ * fail with an illegal address that poisons the whole CUDA context). */
 #define _DEFAULT_SOURCE  /* mincore */
 #include <errno.h>
 #include <stdlib.h>
@@ -203,6 +206,36 @@ static bool host_bytes_mapped(uintptr_t first, uintptr_t last) {
   return true;
 }
 
+/* Whether CUDA knows the byte at p as memory CUDA device dl_id (a CUDA
+ * ordinal, as DLPack's) can use. Simulated GPUs hold host memory: not
+ * checked. */
+static loom_status cuda_byte_usable(loom_device dev, int dl_id, uintptr_t p, const char *which) {
+#ifdef LOOM_HAVE_CUDA
+  if (!loom_device_is_real_cuda(dev)) return LOOM_OK;
+  LOOM_TRY(loom_cuda_set_device(dev.index));
+  struct cudaPointerAttributes pa;
+  cudaError_t e = cudaPointerGetAttributes(&pa, (const void *)p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  /* not sticky: clear it */
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "from_dlpack: CUDA cannot tell what the %s byte (%p) of the data is (%s)",
+                          which, (void *)p, cudaGetErrorString(e));
+  }
+  if (pa.type == cudaMemoryTypeUnregistered)
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "from_dlpack: the capsule says CUDA device %d, but its %s byte (%p) is not CUDA memory "
+                          "(pageable host memory, or past the producer's buffer): the data and strides do not describe "
+                          "memory the GPU can read",
+                          dl_id, which, (void *)p);
+  if (pa.type == cudaMemoryTypeDevice && pa.device != dl_id)
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "from_dlpack: the capsule says CUDA device %d, but its %s byte (%p) is memory of CUDA device %d",
+                          dl_id, which, (void *)p, pa.device);
+#else
+  (void)dev, (void)dl_id, (void)p, (void)which;
+#endif
+  return LOOM_OK;
+}
+
 /* A tensor viewing d's memory whose storage calls release(ctx) when it dies.
  * Exactly one release(ctx) happens on every path: through the storage, or
  * here before returning NULL. */
@@ -276,6 +309,8 @@ static loom_tensor *import(const DLTensor *d, bool read_only, loom_storage_relea
                           "from_dlpack: the strides and shape reach %llu bytes from the data (%p + byte_offset %llu), "
                           "past the producer's memory (that address is not mapped): they do not describe its buffer",
                           (unsigned long long)bytes, d->data, (unsigned long long)d->byte_offset);
+    else if (dev.kind == LOOM_CUDA && (st = cuda_byte_usable(dev, d->device.device_id, first, "first")) == LOOM_OK)
+      st = cuda_byte_usable(dev, d->device.device_id, first + bytes - 1, "last");
   }
   if (st == LOOM_OK && extent > 0 && (uintptr_t)ptr % es != 0)
     st = loom_set_error(LOOM_ERR_UNSUPPORTED,

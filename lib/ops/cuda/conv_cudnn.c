@@ -560,7 +560,7 @@ static loom_tensor *scratch(const loom_tensor *t, loom_dtype dt, bool cl) {
 
 /* w in the layout matching x (channels-last for NHWC x), retained or copied. */
 static loom_tensor *weight_for(loom_tensor *w, bool nhwc) {
-  bool ok = nhwc ? loom_tensor_is_channels_last(w) : loom_tensor_is_contiguous(w);
+  bool ok = nhwc ? loom_tensor_is_channels_last(w) : loom_cuda_dense(w);
   if (ok) return loom_tensor_retain(w);
   loom_tensor *c = scratch(w, w->dtype, nhwc);
   if (c && loom_cuda_copy_into(c, w) != LOOM_OK) {

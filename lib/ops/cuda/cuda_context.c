@@ -111,7 +111,7 @@ loom_status loom_cuda_copy_into(loom_tensor *dst, loom_tensor *src) {
 }
 
 loom_tensor *loom_cuda_contig(loom_tensor *t, loom_dtype dt) {
-  if (t->dtype == dt && loom_tensor_is_contiguous(t)) return loom_tensor_retain(t);
+  if (t->dtype == dt && loom_cuda_dense(t)) return loom_tensor_retain(t);
   loom_tensor *c = loom_cuda_scratch(t, t->ndim, t->shape, dt);
   if (!c) return NULL;
   if (loom_cuda_copy_into(c, t) != LOOM_OK) {

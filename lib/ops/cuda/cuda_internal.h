@@ -44,10 +44,19 @@ static inline loom_cuda_ctx *loom_cuda_ctx_of(const loom_tensor *t) { return loo
  * coalesced. nops counts o. */
 void loom_cu_iter_build(loom_cu_iter *it, int nops, loom_tensor *const *ops);
 
+/* Whether the kernels may read t as one dense row-major block. An empty
+ * tensor always may (nothing is read): loom_tensor_is_contiguous refuses
+ * fresh empty tensors such as [2, 5, 4, 0] (strides 20, 4, 1, 1: an empty
+ * dim counts as 1, loom_contiguous_strides) because it multiplies by the 0,
+ * and a kernel entry must not fail on what the CPU path accepts. */
+static inline bool loom_cuda_dense(const loom_tensor *t) {
+  return loom_shape_numel(t->ndim, t->shape) == 0 || loom_tensor_is_contiguous(t);
+}
+
 /* A contiguous device tensor with t's shape and dtype dt (not adopted by
  * any scope; release it). */
 loom_tensor *loom_cuda_scratch(const loom_tensor *like, int ndim, const int64_t *shape, loom_dtype dt);
-/* t itself (retained) when contiguous with dtype dt, else a contiguous copy
+/* t itself (retained) when dense (loom_cuda_dense) with dtype dt, else a contiguous copy
  * converted to dt (release it either way). */
 loom_tensor *loom_cuda_contig(loom_tensor *t, loom_dtype dt);
 /* dst <- src elementwise (same shape, any dtypes) on the device. */

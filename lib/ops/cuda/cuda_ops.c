@@ -162,9 +162,10 @@ loom_status loom_cuda_argmax(loom_op_args *a) {
 
 /* ---- log-softmax and cross-entropy ------------------------------------- */
 
-/* The API hands these kernels contiguous inputs; make sure of it. */
+/* The API hands these kernels contiguous inputs; make sure of it (an empty
+ * one is accepted whatever its strides: the kernels read nothing). */
 static loom_status need_contig(const char *op, const loom_tensor *t) {
-  if (!loom_tensor_is_contiguous(t))
+  if (!loom_cuda_dense(t))
     return loom_set_error(LOOM_ERR_INTERNAL, "%s: the CUDA kernel expects a contiguous input", op);
   return LOOM_OK;
 }
@@ -241,7 +242,7 @@ loom_status loom_cuda_cross_entropy_backward(loom_op_args *a) {
 
 loom_status loom_cuda_rng_fill(loom_tensor *t, int normal, uint64_t seed, uint64_t offset, float lo_or_mean,
                                float hi_or_std) {
-  if (!loom_tensor_is_contiguous(t) || !loom_dtype_is_float(t->dtype))
+  if (!loom_cuda_dense(t) || !loom_dtype_is_float(t->dtype))
     return loom_set_error(LOOM_ERR_INTERNAL, "rng fill: needs a contiguous float tensor");
   loom_cuda_ctx *c = loom_cuda_ctx_of(t);
   if (!c) return loom_last_status();

@@ -26,13 +26,27 @@
  *   tensor itself (mask_unwritten), so only the backward that consumes that
  *   very mask avoids DRELU_BGRAD; every other layer keeps fusing.
  * Bias vectors reach cuBLASLt 16-byte aligned (a misaligned view is copied
- *   first): the epilogues read them with vector loads. */
+ *   first): the epilogues read them with vector loads.
+ * Deterministic mode (loom_set_deterministic): results must not depend on
+ *   the shape of the autograd graph, so that activation checkpointing (whose
+ *   segment boundaries cut the Linear→ReLU chains, and whose first forward
+ *   pass needs no ReLU mask while the recompute does) gives the plain run's
+ *   bits. cuBLASLt sums a bias gradient in its own order inside BGRADB or
+ *   DRELU_BGRAD, and which of the two (or none) a layer gets depends on the
+ *   graph; an epilogue with or without AUX is another plan that may run
+ *   another kernel. So in that mode the forward always uses the epilogue
+ *   without AUX (the mask is zeroed and tagged unwritten, as in the
+ *   fallback) and the backward takes the unfused path: plain GEMMs (one plan
+ *   per shape whoever calls), dReLU from y > 0, bias gradients from loom's
+ *   fixed-order column sum. The first GPU run found the difference: b1 of an
+ *   MLP one f32 ulp off under checkpoint_every=1. */
 #ifdef LOOM_HAVE_CUDA
 #include <stdint.h>
 #include <string.h>
 
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/deterministic.h"
 #include "ops/elementwise_math.h"
 
 static bool g_force_unfused = false;
@@ -141,21 +155,23 @@ loom_status loom_cuda_linear(loom_op_args *a) {
   loom_status st = (!xc || !wc || (b && !bc)) ? loom_last_status() : LOOM_OK;
   bool fused_done = false;
   loom_tensor *bal = NULL;
+  bool aux = mask && !loom_get_deterministic();  /* see "Deterministic mode" above */
   if (st == LOOM_OK && !loom_cuda_linear_unfused_forced()) {
     cublasLtEpilogue_t epi;
-    if (relu) epi = bc ? (mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_BIAS)
-                       : (mask ? CUBLASLT_EPILOGUE_RELU_AUX : CUBLASLT_EPILOGUE_RELU);
+    if (relu) epi = bc ? (aux ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_BIAS)
+                       : (aux ? CUBLASLT_EPILOGUE_RELU_AUX : CUBLASLT_EPILOGUE_RELU);
     else epi = bc ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     void *bias = bc ? aligned16(bc, &bal) : NULL;
     if (bc && !bias) st = loom_last_status();
     if (st == LOOM_OK)
       st = gemm(c, dt, false, true, M, N, K, loom_tensor_ptr(xc), K, loom_tensor_ptr(wc), K, y, epi, bias,
-                mask ? loom_tensor_ptr(mask) : NULL, mask ? mask->shape[1] * 8 : 0);
+                aux ? loom_tensor_ptr(mask) : NULL, aux ? mask->shape[1] * 8 : 0);
     if (st == LOOM_OK) fused_done = true;
     else if (st == LOOM_ERR_UNSUPPORTED) st = LOOM_OK;
   }
   loom_tensor_release(bal);
-  if (mask) mask->user_tag = fused_done ? NULL : &g_mask_unwritten;
+  if (mask) mask->user_tag = fused_done && aux ? NULL : &g_mask_unwritten;
+  if (st == LOOM_OK && fused_done && mask && !aux) st = zero(c, mask);  /* deterministic mode: never read */
   if (st == LOOM_OK && !fused_done) {
     /* The unfused path: GEMM, then bias, then ReLU, three kernels. */
     st = gemm_plain(c, dt, false, true, M, N, K, loom_tensor_ptr(xc), K, loom_tensor_ptr(wc), K, y);
@@ -183,11 +199,11 @@ loom_status loom_cuda_linear_backward(loom_op_args *a) {
   int64_t N = w->shape[0];
   int64_t M = K ? loom_shape_numel(x->ndim, x->shape) / K : loom_shape_numel(gy->ndim, gy->shape) / (N ? N : 1);
   if (chain && (relu || !in3 || in3->dtype != LOOM_U8 || in3->ndim != 2 || in3->shape[0] != M ||
-                in3->shape[1] * 8 < K || (in3->shape[1] * 8) % 128 != 0 || !loom_tensor_is_contiguous(in3)))
+                in3->shape[1] * 8 < K || (in3->shape[1] * 8) % 128 != 0 || !loom_cuda_dense(in3)))
     return loom_set_error(LOOM_ERR_INTERNAL, "linear backward: inconsistent ReLU-mask chaining arguments");
   if (relu && (!in3 || !loom_dtype_is_float(in3->dtype)))
     return loom_set_error(LOOM_ERR_INTERNAL, "linear backward: ReLU needs the layer's output");
-  bool fuse = !loom_cuda_linear_unfused_forced();
+  bool fuse = !loom_cuda_linear_unfused_forced() && !loom_get_deterministic();  /* see "Deterministic mode" */
   loom_status st = LOOM_OK;
 
   /* dz = gy, masked by this layer's ReLU (in place when the engine owns gy). */
@@ -196,7 +212,7 @@ loom_status loom_cuda_linear_backward(loom_op_args *a) {
     if (gy->dtype != dt || in3->dtype != dt)
       return loom_set_error(LOOM_ERR_DTYPE, "linear backward: gradient %s / output %s do not match the layer's %s",
                             loom_dtype_name(gy->dtype), loom_dtype_name(in3->dtype), loom_dtype_name(dt));
-    if (overwrite && loom_tensor_is_contiguous(gy)) dz = loom_tensor_retain(gy);
+    if (overwrite && loom_cuda_dense(gy)) dz = loom_tensor_retain(gy);
     else dz = loom_cuda_scratch(gy, gy->ndim, gy->shape, dt);
     if (!dz) return loom_last_status();
     st = binary(c, LOOM_EW_RELU_BW, dz, gy, in3);
