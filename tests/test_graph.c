@@ -91,6 +91,48 @@ Test(graph, host_waits_during_capture_invalidate_it_naming_the_op) {
   tk_leak_check();
 }
 
+/* A copy from host memory inside a capture is recorded as a copy from that
+ * host address, which every replay would read again after it was reused
+ * (the first GPU run: loom_fill_ staged its value through a stack buffer,
+ * so the backward seed and every zeros/ones inside a captured step were
+ * garbage at replay and the replayed training steps did not train). Such a
+ * copy invalidates the capture on every device (so the CPU catches it),
+ * and the factories and fills a step uses make none. */
+Test(graph, copies_from_host_memory_invalidate_a_capture_and_fills_make_none) {
+  int64_t s[1] = {16};
+  float host[16] = {0};
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  cr_assert_not_null(loom_from_host(host, 1, s, LOOM_F32, loom_cpu()), "the call itself still works");
+  loom_scope_end();
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "capture is invalid", "copy from host memory");
+  loom_graph_free(g);
+
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *z = loom_zeros(1, s, LOOM_F32, loom_cpu()), *o = loom_ones(1, s, LOOM_F16, loom_cpu());
+  loom_tensor *f = loom_full(1, s, -2.5, LOOM_BF16, loom_cpu());
+  cr_assert(z && o && f, "%s", loom_last_error());
+  cr_assert_eq(loom_fill_(z, 4.0), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *p = loom_full(1, s, 3.0, LOOM_F32, loom_cpu());
+  cr_assert_eq(loom_set_requires_grad(p, true), LOOM_OK);
+  cr_assert_eq(loom_backward(loom_sum_all(loom_mul(p, z))), LOOM_OK, "%s", loom_last_error());  /* its seed is a fill */
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "fills inside a capture: %s", loom_last_error());
+  double *vz = tk_read(z), *vo = tk_read(o), *vf = tk_read(f), *vg = tk_read(loom_grad(p));
+  for (int i = 0; i < 16; i++) {
+    cr_assert_float_eq(vz[i], 4.0, 0, "fill_ element %d: %g", i, vz[i]);
+    cr_assert_float_eq(vo[i], 1.0, 0, "ones (f16) element %d: %g", i, vo[i]);
+    cr_assert_float_eq(vf[i], -2.5, 0, "full (bf16) element %d: %g", i, vf[i]);
+    cr_assert_float_eq(vg[i], 4.0, 0, "gradient element %d: %g", i, vg[i]);
+  }
+  free(vz), free(vo), free(vf), free(vg);
+  loom_zero_grad(p);
+  loom_scope_end();
+  loom_graph_free(g);
+  tk_leak_check();
+}
+
 Test(graph, state_machine_errors) {
   loom_graph *g = NULL, *h = NULL;
   tk_assert_error(loom_graph_capture_begin(loom_cpu(), NULL), LOOM_ERR_INVALID_ARG, "out is NULL");
