@@ -607,3 +607,51 @@ Test(graph_cuda, an_optimizer_table_remade_inside_a_capture_does_not_hold_the_gr
   loom_tensor_release(ps[1]);
   tk_leak_check();
 }
+
+/* The optimizer's kernel table holds each step's gradient pointers, so an
+ * eager step after a capture uploads a new one. A graph keeps reading the
+ * table it captured: that buffer is neither freed nor rewritten by the
+ * eager uploads (before, the first eager re-upload freed it and the next
+ * one could reuse it, so a replay read another step's table: "graph replay
+ * after eager optimizer-table rebuild reads old table"). Replays and eager
+ * steps interleave and each applies its own gradient (SGD, lr 0.5, all ones:
+ * exactly -0.5 per step). */
+Test(graph_cuda, replays_between_eager_steps_read_their_own_optimizer_table) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  const int64_t n = 1000;
+  loom_tensor *p = gpu_param(3.0, n);
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
+  so.lr = 0.5;
+  loom_optimizer *opt = loom_sgd_new(&p, 1, &so);
+  cr_assert_not_null(opt, "%s", loom_last_error());
+  grad_of_ones(p, n);
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  grad_of_ones(p, n);  /* a gradient of the graph's own: a new table */
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "captured step: %s", loom_last_error());
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+  assert_all(p, 2.0, "after the eager step and the first replay");
+  double want = 2.0;
+  for (int round = 0; round < 3; round++) {
+    for (int k = 0; k < 2; k++) {  /* two eager uploads: the second could reuse a freed table */
+      cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
+      grad_of_ones(p, n);
+      cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "eager step: %s", loom_last_error());
+      want -= 0.5;
+    }
+    cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);  /* the eager gradient is gone before the replay */
+    cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+    want -= 0.5;
+    assert_all(p, want, "after eager steps and a replay");
+  }
+  cr_assert_eq(loom_optimizer_steps(opt), 2 + 3 * 3, "every step counted on the device");
+  loom_optimizer_free(opt);
+  loom_graph_free(g);
+  loom_tensor_release(p);
+  tk_leak_check();
+}
