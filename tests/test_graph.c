@@ -402,7 +402,8 @@ static loom_status train_step(run_state *r, loom_tensor **loss) {
 }
 
 /* Trains RUN_STEPS steps; graphed: eager warm-up, one capture, replays. */
-static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits) {
+static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits, int64_t *last_overflow,
+                           double *scale) {
   loom_device dev = loom_cuda(0);
   loom_manual_seed(11);
   int64_t hidden[2] = {64, 64};
@@ -417,6 +418,13 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
   loom_scaler_options so;
   loom_scaler_options_init(&so);
   so.growth_interval = 8;  /* growth inside the run too */
+  /* Only the two inf batches may overflow. From the default 2^16, growing
+   * every 8 good steps, the scale itself overflows f16 gradients (2^17 and
+   * 2^18: the first GPU run skipped 4 steps; the CPU's mixed fp16 skips
+   * steps 10, 29, 30 and 47 the same way), which is the scaler working,
+   * not what this test is about: start at 2^8 and stop growing at 2^12. */
+  so.init_scale = 256.0;
+  so.max_scale = 4096.0;
   r.scaler = loom_scaler_new(&so);
   int64_t xs[2] = {BATCH, IN}, ys[1] = {BATCH};
   r.x = loom_empty(2, xs, LOOM_F32, dev);
@@ -453,6 +461,8 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
   /* (the host-to-device input copies are not waits) */
   *replay_waits = graphed ? loom_sync_waits_between(&before, &after) : 0;
   *skipped = loom_scaler_steps_skipped(r.scaler);
+  *last_overflow = loom_scaler_last_overflow_step(r.scaler);
+  *scale = loom_scaler_get_scale(r.scaler);
   int64_t total = 0;
   for (int i = 0; i < np; i++) total += loom_tensor_numel(params[i]);
   float *out = malloc((size_t)total * sizeof *out), *p = out;
@@ -478,11 +488,16 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
  * inside the graph, and no host wait across the replays. */
 Test(graph_cuda, training_step_replays_equal_eager_steps) {
   tk_require_device(loom_cuda(0));
-  int64_t skipped_e = -1, skipped_g = -1, waits_e = 0, waits_g = -1;
-  float *eager = run_training(false, &skipped_e, &waits_e);
-  float *graph = run_training(true, &skipped_g, &waits_g);
+  int64_t skipped_e = -1, skipped_g = -1, waits_e = 0, waits_g = -1, last_e = -2, last_g = -2;
+  double scale_e = 0, scale_g = 0;
+  float *eager = run_training(false, &skipped_e, &waits_e, &last_e, &scale_e);
+  float *graph = run_training(true, &skipped_g, &waits_g, &last_g, &scale_g);
   cr_assert_eq(skipped_e, 2, "eager run skipped %lld steps (inf at steps 10 and 30)", (long long)skipped_e);
+  cr_assert_eq(last_e, 30, "eager run: last overflow at step %lld", (long long)last_e);
   cr_assert_eq(skipped_g, 2, "graph run skipped %lld steps", (long long)skipped_g);
+  cr_assert_eq(last_g, 30, "graph run: last overflow at step %lld (the scaler's state moves inside the replays)",
+               (long long)last_g);
+  cr_assert_eq(scale_g, scale_e, "loss scale after the run: graph %g, eager %g", scale_g, scale_e);
   cr_assert_eq(waits_g, 0, "replays made %lld host waits", (long long)waits_g);
   int64_t hidden_params = (int64_t)IN * 64 + 64 + 64 * 64 + 64 + 64 * 5 + 5;
   for (int64_t i = 0; i < hidden_params; i++)

@@ -226,7 +226,10 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
       loom_tensor *sv = loom_tensor_wrap(&s->d->scale_f, sizeof(float), dev, 0, NULL, LOOM_F32, no_release, NULL);
       return sv ? loom_mul(loss, sv) : NULL;
     }
-    /* (A low-precision loss: the host needs the scale, which waits.) */
+    /* (A low-precision loss: the host needs the scale, which waits; and a
+     * graph would bake this step's scale into every replay.) */
+    loom_capture_note_unsafe("loss scaling of a low-precision loss (the scale, which moves on the device, would be "
+                             "baked into the graph; compute the loss in f32)");
     if (stale(s) && pull_state(s, NULL) != LOOM_OK) return NULL;
   }
 #endif
