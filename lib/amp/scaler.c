@@ -275,7 +275,13 @@ loom_status loom_amp_scaler_unscale(loom_grad_scaler *s, loom_tensor *const *par
     return loom_set_error(LOOM_ERR_STATE, "scaler_unscale: already called since the last scaler_step; call it once per step");
   if (s->opt.enabled) LOOM_TRY(unscale(s, params, n, dev, owner));
   else {
+#ifdef LOOM_HAVE_CUDA
+    /* The scaler's own kernel table: a temporary one would be freed while a
+     * graph being captured still points at it. */
+    LOOM_TRY(loom_amp_unscale_grads(params, n, 1.0f, false, NULL, &s->unscale_table));
+#else
     LOOM_TRY(loom_amp_unscale_grads(params, n, 1.0f, false, NULL, NULL));
+#endif
     s->unscaled = true;
     s->found_inf = false;
     s->unscaled_for = owner;
