@@ -12,10 +12,12 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc/alloc.h"
 #include "core/capture.h"
 #include "device/sync_stats.h"
+#include "ops/cuda/dev_table.h"
 #include "support/testkit.h"
 
 static loom_memory_stats cpu_stats(void) {
@@ -278,6 +280,62 @@ Test(graph, uncaptured_allocations_skip_the_private_pool) {
   loom_graph_free(g);
   loom_alloc_free(loom_cpu(), w);  /* after the graph: the device pool still owns it */
   tk_assert_error(loom_alloc_malloc_uncaptured((loom_device){LOOM_CPU, -1}, 16, NULL, &w), LOOM_ERR_DEVICE, "pinned");
+  tk_leak_check();
+}
+
+static int64_t cpu_allocated(void) { return cpu_stats().allocated_bytes[0].current; }
+
+/* A kernel-argument table (ops/cuda/dev_table.h: the optimizer's, the
+ * scaler's) whose address a graph capture baked in must hold the captured
+ * bytes for as long as the table lives: eager uploads before and after the
+ * capture neither free nor rewrite it (the first GPU run: an eager re-upload
+ * freed the captured table and a replay read freed memory). A capture with
+ * other bytes than the eager table's gets a buffer of its own and leaves the
+ * eager table as it was; one with the same bytes keeps the eager buffer. On
+ * the CPU the table lives in the CPU pool (the same bookkeeping). */
+Test(graph, a_kernel_table_captured_by_a_graph_is_kept_until_the_table_is_freed) {
+  int64_t base = cpu_allocated();
+  loom_dev_table *t = NULL;
+  int64_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {9, 10, 11, 12};
+  void *pa = NULL, *p = NULL, *pg = NULL, *pb = NULL, *pc = NULL;
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &pa), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_eq(p, pa, "the same bytes: the same buffer");
+  cr_assert_eq(loom_dev_table_uploads(t), 1);
+
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), b, sizeof b, &pg), LOOM_OK, "%s", loom_last_error());
+  cr_assert_neq(pg, pa, "other bytes inside a capture: a buffer of the graph's own");
+  cr_assert_eq(loom_graph_pool_reserved(g), 0, "the table is not the graph's memory");
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_eq(p, pa, "the capture left the eager table as it was");
+  cr_assert_eq(loom_dev_table_uploads(t), 2);
+
+  /* Two eager changes: the second may reuse what the first freed. */
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), c, sizeof c, &pc), LOOM_OK);
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_neq(p, pg, "an eager upload took the captured table's buffer");
+  cr_assert_eq(memcmp(pg, b, sizeof b), 0, "the captured table was rewritten");
+
+  /* A capture with the eager table's bytes reads the eager buffer: kept too. */
+  void *pe = p;
+  loom_graph *h = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &h), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_eq(p, pe, "the same bytes: the eager buffer");
+  cr_assert_eq(loom_graph_capture_end(h), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), b, sizeof b, &pb), LOOM_OK);
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), c, sizeof c, &p), LOOM_OK);
+  cr_assert(pb != pe && p != pe, "an eager upload took a buffer a graph reads");
+  cr_assert_eq(memcmp(pe, a, sizeof a), 0, "the buffer the second graph reads was rewritten");
+  cr_assert_eq(memcmp(pg, b, sizeof b), 0);
+  loom_graph_free(h);
+  loom_graph_free(g);
+  cr_assert_gt(cpu_allocated(), base);
+  loom_dev_table_free(t);
+  cr_assert_eq(cpu_allocated(), base, "freeing the table frees every buffer it kept");
   tk_leak_check();
 }
 

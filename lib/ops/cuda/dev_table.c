@@ -1,6 +1,8 @@
 /* dev_table.c — kernel-argument tables kept in device memory (see
- * dev_table.h). */
-#ifdef LOOM_HAVE_CUDA
+ * dev_table.h). Built on every device: on the CPU a table lives in the CPU
+ * pool and an upload is a memcpy, so the bookkeeping — which buffer a
+ * graph capture keeps, what an eager upload may free — is tested without a
+ * GPU (tests/test_graph.c). */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +10,9 @@
 #include "alloc/alloc.h"
 #include "device/device_internal.h"
 #include "loom/graph.h"
+#ifdef LOOM_HAVE_CUDA
 #include "ops/cuda/cuda_launch.h"
+#endif
 #include "ops/cuda/dev_table.h"
 #include "core/sys.h"
 
@@ -27,6 +31,30 @@ struct loom_dev_table {
   void **kept;
   int nkept, kept_cap;
 };
+
+/* n host bytes into the table buffer d, in the order of stream s. From
+ * pageable memory the copy is staged before the call returns; captured,
+ * the bytes travel as kernel arguments instead (a recorded copy from host
+ * memory would re-read it at every replay: write_bytes.cu). */
+static loom_status put_bytes(loom_device dev, loom_stream *s, void *d, const void *host, size_t n, bool captured) {
+  if (n == 0) return LOOM_OK;
+  if (dev.kind == LOOM_CPU) {
+    memcpy(d, host, n);
+    return LOOM_OK;
+  }
+#ifdef LOOM_HAVE_CUDA
+  cudaStream_t cs = (cudaStream_t)loom_stream_native(s);
+  cudaError_t e = captured ? loom_cu_write_bytes(d, host, n, cs) : cudaMemcpyAsync(d, host, n, cudaMemcpyHostToDevice, cs);
+  if (e != cudaSuccess)
+    return loom_cuda_error(e, captured ? "loom_cu_write_bytes(kernel argument table)" : "cudaMemcpyAsync(kernel argument table)",
+                           __FILE__, __LINE__);
+  return LOOM_OK;
+#else
+  (void)s;
+  (void)captured;
+  return loom_set_error(LOOM_ERR_DEVICE, "kernel argument table: built without CUDA");
+#endif
+}
 
 static loom_status reserve_kept(loom_dev_table *t) {
   if (t->nkept < t->kept_cap) return LOOM_OK;
@@ -57,10 +85,10 @@ static loom_status sync_captured(loom_dev_table *t, loom_device dev, const void 
    * pool alive (issue 22, prediction 9). */
   void *d = NULL;
   LOOM_TRY(loom_alloc_malloc_uncaptured(dev, bytes ? bytes : 1, s, &d));
-  cudaError_t e = bytes ? loom_cu_write_bytes(d, host, bytes, (cudaStream_t)loom_stream_native(s)) : cudaSuccess;
-  if (e != cudaSuccess) {
+  loom_status st = put_bytes(dev, s, d, host, bytes, true);
+  if (st != LOOM_OK) {
     loom_alloc_free(dev, d);
-    return loom_cuda_error(e, "loom_cu_write_bytes(kernel argument table)", __FILE__, __LINE__);
+    return st;
   }
   t->kept[t->nkept++] = d;
   t->uploads++;
@@ -97,14 +125,13 @@ loom_status loom_dev_table_sync(loom_dev_table **tp, loom_device dev, const void
   void *d = NULL;
   LOOM_TRY(loom_alloc_malloc_uncaptured(dev, bytes ? bytes : 1, s, &d));
   memcpy(t->host, host, bytes);
-  /* From pageable memory: staged before the call returns, so t->host may
-   * change next time without waiting. */
-  cudaStream_t cs = (cudaStream_t)loom_stream_native(s);
-  cudaError_t e = bytes ? cudaMemcpyAsync(d, t->host, bytes, cudaMemcpyHostToDevice, cs) : cudaSuccess;
-  if (e != cudaSuccess) {
+  /* Staged before the call returns: t->host may change next time without
+   * waiting. */
+  loom_status st = put_bytes(dev, s, d, t->host, bytes, false);
+  if (st != LOOM_OK) {
     loom_alloc_free(dev, d);
     t->bytes = 0;
-    return loom_cuda_error(e, "cudaMemcpyAsync(kernel argument table)", __FILE__, __LINE__);
+    return st;
   }
   if (!t->dptr_kept) loom_alloc_free(dev, t->dptr);
   t->dptr = d;
@@ -125,4 +152,3 @@ void loom_dev_table_free(loom_dev_table *t) {
   loom_sys_free(t->host);
   loom_sys_free(t);
 }
-#endif
