@@ -9,9 +9,9 @@
 # (checkpoint: parameters, optimizer state, scaler, loader position, step)
 # to the same run without the flag.
 #
-# --device cuda (the GPU suite): the step is captured once and replayed, so
-# the run is not expected to be byte-identical (different launch shapes are
-# not involved, but atomics in reductions may reorder); it must train like
+# --device cuda (the GPU suite): the step is captured once and replayed.
+# The run is not required to be byte-identical to the eager one (kernels
+# that reduce with atomics may sum in another order); it must train like
 # the eager run instead: for fp32 and fp16, the graph run's last epoch mean
 # train loss is below 0.75 x its first logged loss (the first GPU run's
 # broken replays stayed at ~2.3 = ln 10 from first to last), its test
