@@ -382,6 +382,12 @@ for prec in fp32 fp16; do
   step "mnist_${prec}_cuda_graph" --gpu --needs "$B/examples/loom-mnist" --budget 30 -- \
     "'$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42 --precision $prec --cuda-graph"
 done
+# Trainer-level check that replays train: eager vs --cuda-graph, fp32 and fp16, loss must fall and the
+# test accuracy match eager within 0.02 (examples/common/check_cuda_graph.sh; fails on the first GPU run's output).
+step mnist_cuda_graph_trains --gpu --needs "$B/examples/loom-mnist" --budget 60 -- \
+  "sh '$ROOT/examples/common/check_cuda_graph.sh' '$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42"
+step resnet20_cuda_graph_trains --gpu --needs "$B/examples/loom-resnet" --budget 90 -- \
+  "ACC_MARGIN=0.03 sh '$ROOT/examples/common/check_cuda_graph.sh' '$B/examples/loom-resnet' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42"
 # The CNN op tests run every case on LOOM_TEST_DEVICE (no *cuda* suite names): no filter.
 step memcheck_test_ops_conv --gpu --sanitizer --needs "$T/test_ops_conv" --budget 60 -- \
   "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/test_ops_conv' --jobs 1"

@@ -12,10 +12,12 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc/alloc.h"
 #include "core/capture.h"
 #include "device/sync_stats.h"
+#include "ops/cuda/dev_table.h"
 #include "support/testkit.h"
 
 static loom_memory_stats cpu_stats(void) {
@@ -88,6 +90,48 @@ Test(graph, host_waits_during_capture_invalidate_it_naming_the_op) {
   tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "dropout", "random-number draw", "repeat");
   loom_graph_free(g);
   loom_tensor_release(x);
+  tk_leak_check();
+}
+
+/* A copy from host memory inside a capture is recorded as a copy from that
+ * host address, which every replay would read again after it was reused
+ * (the first GPU run: loom_fill_ staged its value through a stack buffer,
+ * so the backward seed and every zeros/ones inside a captured step were
+ * garbage at replay and the replayed training steps did not train). Such a
+ * copy invalidates the capture on every device (so the CPU catches it),
+ * and the factories and fills a step uses make none. */
+Test(graph, copies_from_host_memory_invalidate_a_capture_and_fills_make_none) {
+  int64_t s[1] = {16};
+  float host[16] = {0};
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  cr_assert_not_null(loom_from_host(host, 1, s, LOOM_F32, loom_cpu()), "the call itself still works");
+  loom_scope_end();
+  tk_assert_error(loom_graph_capture_end(g), LOOM_ERR_STATE, "capture is invalid", "copy from host memory");
+  loom_graph_free(g);
+
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  loom_scope_begin();
+  loom_tensor *z = loom_zeros(1, s, LOOM_F32, loom_cpu()), *o = loom_ones(1, s, LOOM_F16, loom_cpu());
+  loom_tensor *f = loom_full(1, s, -2.5, LOOM_BF16, loom_cpu());
+  cr_assert(z && o && f, "%s", loom_last_error());
+  cr_assert_eq(loom_fill_(z, 4.0), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *p = loom_full(1, s, 3.0, LOOM_F32, loom_cpu());
+  cr_assert_eq(loom_set_requires_grad(p, true), LOOM_OK);
+  cr_assert_eq(loom_backward(loom_sum_all(loom_mul(p, z))), LOOM_OK, "%s", loom_last_error());  /* its seed is a fill */
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "fills inside a capture: %s", loom_last_error());
+  double *vz = tk_read(z), *vo = tk_read(o), *vf = tk_read(f), *vg = tk_read(loom_grad(p));
+  for (int i = 0; i < 16; i++) {
+    cr_assert_float_eq(vz[i], 4.0, 0, "fill_ element %d: %g", i, vz[i]);
+    cr_assert_float_eq(vo[i], 1.0, 0, "ones (f16) element %d: %g", i, vo[i]);
+    cr_assert_float_eq(vf[i], -2.5, 0, "full (bf16) element %d: %g", i, vf[i]);
+    cr_assert_float_eq(vg[i], 4.0, 0, "gradient element %d: %g", i, vg[i]);
+  }
+  free(vz), free(vo), free(vf), free(vg);
+  loom_zero_grad(p);
+  loom_scope_end();
+  loom_graph_free(g);
   tk_leak_check();
 }
 
@@ -239,6 +283,62 @@ Test(graph, uncaptured_allocations_skip_the_private_pool) {
   tk_leak_check();
 }
 
+static int64_t cpu_allocated(void) { return cpu_stats().allocated_bytes[0].current; }
+
+/* A kernel-argument table (ops/cuda/dev_table.h: the optimizer's, the
+ * scaler's) whose address a graph capture baked in must hold the captured
+ * bytes for as long as the table lives: eager uploads before and after the
+ * capture neither free nor rewrite it (the first GPU run: an eager re-upload
+ * freed the captured table and a replay read freed memory). A capture with
+ * other bytes than the eager table's gets a buffer of its own and leaves the
+ * eager table as it was; one with the same bytes keeps the eager buffer. On
+ * the CPU the table lives in the CPU pool (the same bookkeeping). */
+Test(graph, a_kernel_table_captured_by_a_graph_is_kept_until_the_table_is_freed) {
+  int64_t base = cpu_allocated();
+  loom_dev_table *t = NULL;
+  int64_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {9, 10, 11, 12};
+  void *pa = NULL, *p = NULL, *pg = NULL, *pb = NULL, *pc = NULL;
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &pa), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_eq(p, pa, "the same bytes: the same buffer");
+  cr_assert_eq(loom_dev_table_uploads(t), 1);
+
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), b, sizeof b, &pg), LOOM_OK, "%s", loom_last_error());
+  cr_assert_neq(pg, pa, "other bytes inside a capture: a buffer of the graph's own");
+  cr_assert_eq(loom_graph_pool_reserved(g), 0, "the table is not the graph's memory");
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_eq(p, pa, "the capture left the eager table as it was");
+  cr_assert_eq(loom_dev_table_uploads(t), 2);
+
+  /* Two eager changes: the second may reuse what the first freed. */
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), c, sizeof c, &pc), LOOM_OK);
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_neq(p, pg, "an eager upload took the captured table's buffer");
+  cr_assert_eq(memcmp(pg, b, sizeof b), 0, "the captured table was rewritten");
+
+  /* A capture with the eager table's bytes reads the eager buffer: kept too. */
+  void *pe = p;
+  loom_graph *h = NULL;
+  cr_assert_eq(loom_graph_capture_begin(loom_cpu(), &h), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), a, sizeof a, &p), LOOM_OK);
+  cr_assert_eq(p, pe, "the same bytes: the eager buffer");
+  cr_assert_eq(loom_graph_capture_end(h), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), b, sizeof b, &pb), LOOM_OK);
+  cr_assert_eq(loom_dev_table_sync(&t, loom_cpu(), c, sizeof c, &p), LOOM_OK);
+  cr_assert(pb != pe && p != pe, "an eager upload took a buffer a graph reads");
+  cr_assert_eq(memcmp(pe, a, sizeof a), 0, "the buffer the second graph reads was rewritten");
+  cr_assert_eq(memcmp(pg, b, sizeof b), 0);
+  loom_graph_free(h);
+  loom_graph_free(g);
+  cr_assert_gt(cpu_allocated(), base);
+  loom_dev_table_free(t);
+  cr_assert_eq(cpu_allocated(), base, "freeing the table frees every buffer it kept");
+  tk_leak_check();
+}
+
 /* The MLP training step (forward, backward, AdamW) makes no host wait and no
  * pinned allocation: it can be captured whole. */
 Test(graph, an_mlp_adamw_step_is_capture_safe) {
@@ -360,7 +460,8 @@ static loom_status train_step(run_state *r, loom_tensor **loss) {
 }
 
 /* Trains RUN_STEPS steps; graphed: eager warm-up, one capture, replays. */
-static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits) {
+static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits, int64_t *last_overflow,
+                           double *scale) {
   loom_device dev = loom_cuda(0);
   loom_manual_seed(11);
   int64_t hidden[2] = {64, 64};
@@ -375,6 +476,13 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
   loom_scaler_options so;
   loom_scaler_options_init(&so);
   so.growth_interval = 8;  /* growth inside the run too */
+  /* Only the two inf batches may overflow. From the default 2^16, growing
+   * every 8 good steps, the scale itself overflows f16 gradients (2^17 and
+   * 2^18: the first GPU run skipped 4 steps; the CPU's mixed fp16 skips
+   * steps 10, 29, 30 and 47 the same way), which is the scaler working,
+   * not what this test is about: start at 2^8 and stop growing at 2^12. */
+  so.init_scale = 256.0;
+  so.max_scale = 4096.0;
   r.scaler = loom_scaler_new(&so);
   int64_t xs[2] = {BATCH, IN}, ys[1] = {BATCH};
   r.x = loom_empty(2, xs, LOOM_F32, dev);
@@ -411,6 +519,8 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
   /* (the host-to-device input copies are not waits) */
   *replay_waits = graphed ? loom_sync_waits_between(&before, &after) : 0;
   *skipped = loom_scaler_steps_skipped(r.scaler);
+  *last_overflow = loom_scaler_last_overflow_step(r.scaler);
+  *scale = loom_scaler_get_scale(r.scaler);
   int64_t total = 0;
   for (int i = 0; i < np; i++) total += loom_tensor_numel(params[i]);
   float *out = malloc((size_t)total * sizeof *out), *p = out;
@@ -436,11 +546,16 @@ static float *run_training(bool graphed, int64_t *skipped, int64_t *replay_waits
  * inside the graph, and no host wait across the replays. */
 Test(graph_cuda, training_step_replays_equal_eager_steps) {
   tk_require_device(loom_cuda(0));
-  int64_t skipped_e = -1, skipped_g = -1, waits_e = 0, waits_g = -1;
-  float *eager = run_training(false, &skipped_e, &waits_e);
-  float *graph = run_training(true, &skipped_g, &waits_g);
+  int64_t skipped_e = -1, skipped_g = -1, waits_e = 0, waits_g = -1, last_e = -2, last_g = -2;
+  double scale_e = 0, scale_g = 0;
+  float *eager = run_training(false, &skipped_e, &waits_e, &last_e, &scale_e);
+  float *graph = run_training(true, &skipped_g, &waits_g, &last_g, &scale_g);
   cr_assert_eq(skipped_e, 2, "eager run skipped %lld steps (inf at steps 10 and 30)", (long long)skipped_e);
+  cr_assert_eq(last_e, 30, "eager run: last overflow at step %lld", (long long)last_e);
   cr_assert_eq(skipped_g, 2, "graph run skipped %lld steps", (long long)skipped_g);
+  cr_assert_eq(last_g, 30, "graph run: last overflow at step %lld (the scaler's state moves inside the replays)",
+               (long long)last_g);
+  cr_assert_eq(scale_g, scale_e, "loss scale after the run: graph %g, eager %g", scale_g, scale_e);
   cr_assert_eq(waits_g, 0, "replays made %lld host waits", (long long)waits_g);
   int64_t hidden_params = (int64_t)IN * 64 + 64 + 64 * 64 + 64 + 64 * 5 + 5;
   for (int64_t i = 0; i < hidden_params; i++)
@@ -563,5 +678,53 @@ Test(graph_cuda, an_optimizer_table_remade_inside_a_capture_does_not_hold_the_gr
   loom_optimizer_free(opt);
   loom_tensor_release(ps[0]);
   loom_tensor_release(ps[1]);
+  tk_leak_check();
+}
+
+/* The optimizer's kernel table holds each step's gradient pointers, so an
+ * eager step after a capture uploads a new one. A graph keeps reading the
+ * table it captured: that buffer is neither freed nor rewritten by the
+ * eager uploads (before, the first eager re-upload freed it and the next
+ * one could reuse it, so a replay read another step's table: "graph replay
+ * after eager optimizer-table rebuild reads old table"). Replays and eager
+ * steps interleave and each applies its own gradient (SGD, lr 0.5, all ones:
+ * exactly -0.5 per step). */
+Test(graph_cuda, replays_between_eager_steps_read_their_own_optimizer_table) {
+  tk_require_device(loom_cuda(0));
+  loom_device dev = loom_cuda(0);
+  const int64_t n = 1000;
+  loom_tensor *p = gpu_param(3.0, n);
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
+  so.lr = 0.5;
+  loom_optimizer *opt = loom_sgd_new(&p, 1, &so);
+  cr_assert_not_null(opt, "%s", loom_last_error());
+  grad_of_ones(p, n);
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
+  loom_graph *g = NULL;
+  cr_assert_eq(loom_graph_capture_begin(dev, &g), LOOM_OK, "%s", loom_last_error());
+  grad_of_ones(p, n);  /* a gradient of the graph's own: a new table */
+  cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "captured step: %s", loom_last_error());
+  cr_assert_eq(loom_graph_capture_end(g), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+  assert_all(p, 2.0, "after the eager step and the first replay");
+  double want = 2.0;
+  for (int round = 0; round < 3; round++) {
+    for (int k = 0; k < 2; k++) {  /* two eager uploads: the second could reuse a freed table */
+      cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
+      grad_of_ones(p, n);
+      cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "eager step: %s", loom_last_error());
+      want -= 0.5;
+    }
+    cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);  /* the eager gradient is gone before the replay */
+    cr_assert_eq(loom_graph_replay(g), LOOM_OK, "%s", loom_last_error());
+    want -= 0.5;
+    assert_all(p, want, "after eager steps and a replay");
+  }
+  cr_assert_eq(loom_optimizer_steps(opt), 2 + 3 * 3, "every step counted on the device");
+  loom_optimizer_free(opt);
+  loom_graph_free(g);
+  loom_tensor_release(p);
   tk_leak_check();
 }

@@ -11,6 +11,7 @@
  * segments the step still waits for nothing, and the device synchronization
  * each VMM unmap makes (vmm_cuda.c) is counted: one per unmap. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "device/sync_stats.h"
 #include "optim/optim_internal.h"
@@ -140,4 +141,56 @@ DEVICE_TEST(sync, expandable_segments_step_never_waits_and_unmap_waits_are_count
                  (long long)kind_delta(&before, &after, LOOM_SYNC_DEVICE));
   else
     cr_assert_eq(loom_sync_waits_between(&before, &after), 0, "unmapping CPU pages waited");
+}
+
+/* More parameters than one fused launch takes (the CUDA step passes the
+ * gradients as kernel arguments, LOOM_CU_OPT_GRADS_PER_LAUNCH = 256 at a
+ * time, optim_launch.h): every parameter of several sizes (one and two
+ * chunks) gets exactly its own update, step after step with new gradient
+ * tensors, and on a GPU the second step uploads no new optimizer table —
+ * the gradients are not in it. SGD, lr 0.5, gradients 1..3: exact. */
+DEVICE_TEST(sync, many_parameters_step_exactly_and_new_gradients_upload_no_table) {
+  enum { NP = 300 };
+  loom_tensor *ps[NP];
+  for (int i = 0; i < NP; i++) {
+    int64_t n = (int64_t)(i % 7) * 1000 + 1;
+    ps[i] = loom_tensor_retain(loom_full(1, &n, (double)i, LOOM_F32, dev));
+    cr_assert_not_null(ps[i], "%s", loom_last_error());
+    cr_assert_eq(loom_set_requires_grad(ps[i], true), LOOM_OK);
+  }
+  loom_sgd_options so;
+  loom_sgd_options_init(&so);
+  so.lr = 0.5;
+  loom_optimizer *o = loom_sgd_new(ps, NP, &so);
+  cr_assert_not_null(o, "%s", loom_last_error());
+  int64_t uploads = -1;
+  for (int step = 1; step <= 2; step++) {
+    cr_assert_eq(loom_optimizer_zero_grad(o), LOOM_OK);
+    for (int i = 0; i < NP; i++) {
+      loom_scope_begin();
+      loom_tensor *g = loom_full(loom_tensor_ndim(ps[i]), loom_tensor_shape(ps[i]), (double)(i % 3 + 1), LOOM_F32, dev);
+      cr_assert_eq(loom_backward_with(ps[i], g), LOOM_OK, "%s", loom_last_error());
+      loom_scope_end();
+    }
+    cr_assert_eq(loom_optimizer_step(o), LOOM_OK, "step %d: %s", step, loom_last_error());
+#ifdef LOOM_HAVE_CUDA
+    if (dev.kind == LOOM_CUDA && step == 1) uploads = loom_cuda_opt_table_uploads(o->cuda);
+#endif
+  }
+#ifdef LOOM_HAVE_CUDA
+  if (dev.kind == LOOM_CUDA)
+    cr_assert_eq(loom_cuda_opt_table_uploads(o->cuda), uploads, "new gradients made a new optimizer table");
+#endif
+  (void)uploads;
+  for (int i = 0; i < NP; i++) {
+    double *v = tk_read(ps[i]);
+    double want = (double)i - (double)(i % 3 + 1);
+    int64_t n = loom_tensor_numel(ps[i]);
+    for (int64_t j = 0; j < n; j++)
+      cr_assert_float_eq(v[j], want, 0, "parameter %d element %lld: %g, want %g", i, (long long)j, v[j], want);
+    free(v);
+  }
+  cr_assert_eq(loom_optimizer_zero_grad(o), LOOM_OK);
+  loom_optimizer_free(o);
+  for (int i = 0; i < NP; i++) loom_tensor_release(ps[i]);
 }

@@ -3,6 +3,10 @@
  * warm-up, N eager steps, one captured step, N replays (each after writing
  * the batch into the captured input buffers). Prints one line:
  *   bench=cuda_graph device=... batch=... eager_ms=... graph_ms=... speedup=...
+ * The replays train on a batch the eager steps never saw, the same one each
+ * time, so their loss must fall: after the timed replays it must be below
+ * half the first replay's, or the bench fails (the first GPU run timed
+ * replays that did not train).
  * On the CPU there are no graphs: it checks that the step is capture-safe
  * and prints skipped=... instead of the timings. The GPU path has not run
  * yet (no GPU on the development machines).
@@ -21,11 +25,13 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int step(loom_module *m, loom_optimizer *opt, loom_tensor *x, loom_tensor *y) {
+/* One step; *keep (when asked): its loss, owned by the caller. */
+static int step(loom_module *m, loom_optimizer *opt, loom_tensor *x, loom_tensor *y, loom_tensor **keep) {
   loom_scope_begin();
   loom_tensor *loss = loom_cross_entropy(loom_module_forward(m, x), y);
   loom_optimizer_zero_grad(opt);
   int ok = loom_backward(loss) == LOOM_OK && loom_optimizer_step(opt) == LOOM_OK;
+  if (keep) *keep = ok ? loom_tensor_retain(loss) : NULL;
   loom_scope_end();
   return ok;
 }
@@ -69,42 +75,55 @@ int main(int argc, char **argv) {
   /* The static input buffers, and the next batch (on the host side of a
    * loader this would be the pinned ring) written into them before a step. */
   loom_tensor *x = loom_randn(2, xs, LOOM_F32, dev), *y = loom_from_host(lab, 1, ys, LOOM_I64, dev);
-  loom_tensor *nx = loom_randn(2, xs, LOOM_F32, dev);
+  loom_tensor *nx = loom_randn(2, xs, LOOM_F32, dev), *gx = loom_randn(2, xs, LOOM_F32, dev);
   free(lab);
-  if (!opt || !x || !y || !nx) return fail("setup");
+  if (!opt || !x || !y || !nx || !gx) return fail("setup");
   for (int i = 0; i < 5; i++)
-    if (!step(m, opt, x, y)) return fail("warm-up step");
+    if (!step(m, opt, x, y, NULL)) return fail("warm-up step");
   loom_device_synchronize(dev);
   double t0 = now();
   for (int i = 0; i < steps; i++) {
-    if (loom_copy_(x, nx) != LOOM_OK || !step(m, opt, x, y)) return fail("eager step");
+    if (loom_copy_(x, nx) != LOOM_OK || !step(m, opt, x, y, NULL)) return fail("eager step");
   }
   loom_device_synchronize(dev);
   double eager = (now() - t0) / steps;
   loom_graph *g = NULL;
   if (loom_graph_capture_begin(dev, &g) != LOOM_OK) return fail("capture begin");
-  int ok = step(m, opt, x, y);
+  loom_tensor *loss = NULL;  /* the captured step's loss: every replay rewrites it */
+  int ok = step(m, opt, x, y, &loss);
   if (loom_graph_capture_end(g) != LOOM_OK || !ok) return fail("capture");
+  if (loom_copy_(x, gx) != LOOM_OK) return fail("the replays' batch");
   if (loom_graph_replay(g) == LOOM_ERR_UNSUPPORTED) {
     printf("bench=cuda_graph device=%s batch=%lld eager_ms=%.3f capture_safe=1 skipped=\"no graphs on %s\"\n", device,
            (long long)batch, 1e3 * eager, device);
     loom_clear_error();
   } else {
+    double first = 0, last = 0;
+    if (loom_item(loss, &first) != LOOM_OK) return fail("reading the first replay's loss");
     loom_device_synchronize(dev);
     t0 = now();
     for (int i = 0; i < steps; i++)
-      if (loom_copy_(x, nx) != LOOM_OK || loom_graph_replay(g) != LOOM_OK) return fail("replay");
+      if (loom_copy_(x, gx) != LOOM_OK || loom_graph_replay(g) != LOOM_OK) return fail("replay");
     loom_device_synchronize(dev);
     double graph = (now() - t0) / steps;
-    printf("bench=cuda_graph device=%s batch=%lld eager_ms=%.3f graph_ms=%.3f speedup=%.2f\n", device, (long long)batch,
-           1e3 * eager, 1e3 * graph, eager / graph);
+    if (loom_item(loss, &last) != LOOM_OK) return fail("reading the last replay's loss");
+    printf("bench=cuda_graph device=%s batch=%lld eager_ms=%.3f graph_ms=%.3f speedup=%.2f graph_loss_first=%.4g "
+           "graph_loss_last=%.4g\n",
+           device, (long long)batch, 1e3 * eager, 1e3 * graph, eager / graph, first, last);
+    if (!(last < 0.5 * first)) {
+      fprintf(stderr, "bench_cuda_graph: the replays did not train (loss %g after the first replay, %g after %d more)\n",
+              first, last, steps);
+      return 1;
+    }
   }
+  loom_tensor_release(loss);
   /* The captured step's gradients live in the graph's pool: drop them first. */
   loom_optimizer_zero_grad(opt);
   loom_graph_free(g);
   loom_tensor_release(x);
   loom_tensor_release(y);
   loom_tensor_release(nx);
+  loom_tensor_release(gx);
   loom_optimizer_free(opt);
   loom_module_free(m);
   return 0;

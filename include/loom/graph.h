@@ -17,7 +17,10 @@
  *    (stream/device/event synchronization, reading a value back such as
  *    loom_item), pinned host allocations, and random draws (dropout,
  *    loom_rand: the offset would be baked in and every replay would repeat
- *    the same numbers) — invalidate the capture:
+ *    the same numbers), and copies from host memory (loom_from_host,
+ *    loom_copy_ or loom_to_device from a CPU tensor: the graph would copy
+ *    from that host address again at every replay, after it was reused;
+ *    fills and zeros/ones/full make none) — invalidate the capture:
  *    loom_graph_capture_end then fails with LOOM_ERR_STATE and a message
  *    naming the op (or API call) that did it.
  * On the CPU there are no graphs: capture runs the same checks and the

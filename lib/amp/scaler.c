@@ -226,7 +226,10 @@ loom_tensor *loom_scaler_scale(loom_grad_scaler *s, loom_tensor *loss) {
       loom_tensor *sv = loom_tensor_wrap(&s->d->scale_f, sizeof(float), dev, 0, NULL, LOOM_F32, no_release, NULL);
       return sv ? loom_mul(loss, sv) : NULL;
     }
-    /* (A low-precision loss: the host needs the scale, which waits.) */
+    /* (A low-precision loss: the host needs the scale, which waits; and a
+     * graph would bake this step's scale into every replay.) */
+    loom_capture_note_unsafe("loss scaling of a low-precision loss (the scale, which moves on the device, would be "
+                             "baked into the graph; compute the loss in f32)");
     if (stale(s) && pull_state(s, NULL) != LOOM_OK) return NULL;
   }
 #endif
@@ -272,7 +275,13 @@ loom_status loom_amp_scaler_unscale(loom_grad_scaler *s, loom_tensor *const *par
     return loom_set_error(LOOM_ERR_STATE, "scaler_unscale: already called since the last scaler_step; call it once per step");
   if (s->opt.enabled) LOOM_TRY(unscale(s, params, n, dev, owner));
   else {
+#ifdef LOOM_HAVE_CUDA
+    /* The scaler's own kernel table: a temporary one would be freed while a
+     * graph being captured still points at it. */
+    LOOM_TRY(loom_amp_unscale_grads(params, n, 1.0f, false, NULL, &s->unscale_table));
+#else
     LOOM_TRY(loom_amp_unscale_grads(params, n, 1.0f, false, NULL, NULL));
+#endif
     s->unscaled = true;
     s->found_inf = false;
     s->unscaled_for = owner;

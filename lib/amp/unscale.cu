@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "amp/unscale_kernels.h"
+#include "core/capture.h"
 #include "device/sync_stats.h"
 #include "ops/cuda/cuda_dtype.cuh"
 #include "ops/cuda/dev_table.h"
@@ -97,6 +98,11 @@ extern "C" loom_status loom_cuda_amp_unscale(loom_device dev, const loom_amp_uns
   for (int i = 0; i < n; i++)
     for (int64_t s = 0; s < items[i].numel; s += CHUNK) ch[k++] = chunk_desc{i, 0, s};
 
+  /* A table of the call's own dies with the call: a graph captured now
+   * would read it at every replay. Callers inside a training step pass
+   * theirs (the scaler's, the optimizer's). */
+  if (!table)
+    loom_capture_note_unsafe("an amp unscale without a kept kernel table (a replay would read a freed table)");
   loom_dev_table *own = NULL;
   void *d = NULL;
   st = loom_dev_table_sync(table ? table : &own, dev, host, bytes, &d);

@@ -1,11 +1,17 @@
 /* api_copy.c — copies between devices, casts, fills and read-back to the
  * host: the strided, converting part runs the COPY op's kernel; the byte
- * transfers between host and device are tensor/host_copy.c's. */
+ * transfers between host and device are tensor/host_copy.c's (a fill writes
+ * its one value without them: capture-safe, see write_element). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/cpu/cpu_util.h"
 #include "ops/op.h"
 #include "core/sys.h"
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
+#include "device/device_internal.h"
+#include "ops/cuda/cuda_launch.h"
+#endif
 
 /* A contiguous same-device, same-dtype copy (autograd-free), or t retained. */
 static loom_tensor *contig_raw(loom_tensor *t) {
@@ -115,16 +121,40 @@ loom_status loom_copy_(loom_tensor *dst, loom_tensor *src) {
   return st;
 }
 
+/* The one element of src (on its device) <- the es bytes at buf, without a
+ * copy from host memory: on a GPU the bytes travel as a kernel argument.
+ * A host-to-device memcpy recorded by a graph capture would read buf (a
+ * stack slot of this call) again at every replay, long after it was
+ * reused: the backward seed and every zeros/ones made inside a captured
+ * step would be garbage (the first GPU run: replays that did not train). */
+static loom_status write_element(loom_tensor *src, const void *buf, size_t es) {
+  loom_device d = src->storage->device;
+  if (d.kind == LOOM_CPU) {
+    memcpy(loom_tensor_ptr(src), buf, es);
+    return LOOM_OK;
+  }
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
+  if (loom_device_is_real_cuda(d)) {
+    LOOM_TRY(loom_cuda_set_device(d.index));
+    loom_stream *s = loom_stream_current(d);
+    if (!s) return loom_last_status();
+    cudaError_t e = loom_cu_write_bytes(loom_tensor_ptr(src), buf, es, (cudaStream_t)loom_stream_native(s));
+    return e == cudaSuccess ? LOOM_OK : loom_cuda_error(e, "loom_cu_write_bytes (fill_)", __FILE__, __LINE__);
+  }
+#endif
+  return loom_copy_from_host_raw(src, buf);  /* simulated GPUs (tests) */
+}
+
 loom_status loom_fill_(loom_tensor *t, double value) {
   if (!t) return loom_set_error(LOOM_ERR_NULL_INPUT, "fill_: tensor is NULL");
   loom_tensor_bump_version(t);
-  /* Fill one element on the host, then broadcast it with the copy kernel. */
+  /* Write one element, then broadcast it with the copy kernel. */
   int64_t one = 1;
   unsigned char buf[8];
   loom_cpu_store_f64(buf, t->dtype, 0, value);
   loom_tensor *src = loom_tensor_alloc_raw(0, &one, t->dtype, t->storage->device);
   if (!src) return loom_last_status();
-  loom_status st = loom_copy_from_host_raw(src, buf);
+  loom_status st = write_element(src, buf, loom_dtype_size(t->dtype));
   if (st == LOOM_OK) {
     int64_t zeros[LOOM_MAX_DIMS] = {0};
     loom_tensor *bc = loom_tensor_new_header(src->storage, 0, t->dtype, t->ndim, t->shape, zeros);

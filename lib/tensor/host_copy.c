@@ -4,6 +4,7 @@
  * activation / optimizer offload and the safetensors writer. */
 #include <string.h>
 
+#include "core/capture.h"
 #include "device/device_internal.h"
 #include "device/sync_stats.h"
 #include "tensor/tensor_internal.h"
@@ -29,6 +30,12 @@ static loom_status cuda_copy_bytes(void *dst, const void *src, size_t n, loom_de
 
 loom_status loom_copy_from_host_raw(loom_tensor *dst, const void *src) {
   size_t n = (size_t)loom_shape_numel(dst->ndim, dst->shape) * loom_dtype_size(dst->dtype);
+  /* A graph capture records a copy from host memory as a copy from that
+   * address: every replay would read it again, long after the caller
+   * reused or freed it. Invalid on every device, so that a capture on the
+   * CPU catches what a GPU replay would get wrong. */
+  loom_capture_note_unsafe("a copy from host memory (a replay would copy from that host address again, after it "
+                           "was reused; copy inputs into the captured tensors before replaying)");
   if (dst->storage->device.kind == LOOM_CPU) {
     if (n) memcpy(loom_tensor_ptr(dst), src, n);
     return LOOM_OK;

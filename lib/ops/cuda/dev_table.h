@@ -24,7 +24,12 @@ typedef struct loom_dev_table loom_dev_table;
  * and return its device address. An upload (when the bytes changed) is
  * enqueued on dev's current stream, ordered after the launches that read
  * the previous contents; the previous device buffer goes back to the
- * caching allocator stream-ordered. Never waits for the GPU. */
+ * caching allocator stream-ordered. Never waits for the GPU.
+ * Inside a graph capture the address returned is baked into the graph:
+ * that buffer is never rewritten by a later eager upload and never freed
+ * before the table (loom_dev_table_free), and when the bytes differ from
+ * the eager table's the graph gets a buffer of its own, written by a
+ * captured kernel at every replay; the eager table is left as it was. */
 loom_status loom_dev_table_sync(loom_dev_table **t, loom_device dev, const void *host, size_t bytes, void **dptr);
 /* How many uploads *t has made (tests). */
 int64_t loom_dev_table_uploads(const loom_dev_table *t);

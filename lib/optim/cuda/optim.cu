@@ -4,6 +4,8 @@
  * tensors' first chunks), so small and large tensors share one grid. The
  * per-element math is lib/optim/optim_cpu.c's (PyTorch's SGD and AdamW);
  * lowp copies (f16/bf16, for mixed precision) are refreshed in the same pass.
+ * The gradients come by value in the launch (optim_launch.h says why), up
+ * to LOOM_CU_OPT_GRADS_PER_LAUNCH tensors a launch.
  *
  * What changes from step to step lives on the device (loom_cu_opt_dev):
  * each parameter's update count, read here to decide SGD's first step and
@@ -14,6 +16,7 @@
  * needs the host to know whether the previous one was skipped, and the
  * launches take only fixed addresses (capture-friendly). */
 #include <math.h>
+#include <string.h>
 #include "ops/cuda/cuda_dtype.cuh"
 #include "optim/cuda/optim_launch.h"
 
@@ -24,16 +27,25 @@ static __device__ __forceinline__ float bias_correction(const float *tab, int64_
   return (float)(1.0 - pow(beta, (double)t));
 }
 
-static __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_hparams h, loom_cu_opt_dev d) {
+/* The gradients of entries [base, base + n) of the table, by value, and the
+ * first chunk of entry base (block 0 of this launch). */
+typedef struct opt_grads {
+  int base, n;
+  int64_t chunk0;
+  const float *g[LOOM_CU_OPT_GRADS_PER_LAUNCH];
+} opt_grads;
+
+static __global__ void k_optim(const loom_cu_opt_tensor *ts, opt_grads gr, loom_cu_opt_hparams h, loom_cu_opt_dev d) {
   if (d.skip && *d.skip) return;
-  const int64_t chunk = blockIdx.x;
-  int lo = 0, hi = n - 1;
+  const int64_t chunk = gr.chunk0 + (int64_t)blockIdx.x;
+  int lo = gr.base, hi = gr.base + gr.n - 1;
   while (lo < hi) {  /* last tensor whose first chunk is <= chunk */
     int mid = (lo + hi + 1) / 2;
     if (ts[mid].first_chunk <= chunk) lo = mid;
     else hi = mid - 1;
   }
   const loom_cu_opt_tensor t = ts[lo];
+  const float *grad = gr.g[lo - gr.base];
   const int64_t start = (chunk - t.first_chunk) * LOOM_CU_OPT_CHUNK;
   int64_t end = start + LOOM_CU_OPT_CHUNK;
   if (end > t.numel) end = t.numel;
@@ -55,7 +67,7 @@ static __global__ void k_optim(const loom_cu_opt_tensor *ts, int n, loom_cu_opt_
   const float c1 = 1.0f - h.beta1, c2 = 1.0f - h.beta2;
   for (int64_t j = start + threadIdx.x; j < end; j += blockDim.x) {
     float p = t.param[j];
-    const float g = t.grad[j];
+    const float g = grad[j];
     if (h.kind == 0) {
       float dd = __fadd_rn(g, __fmul_rn(wd, p));
       if (t.buf1) {
@@ -86,13 +98,25 @@ static __global__ void k_optim_commit(const loom_cu_opt_tensor *ts, int n, loom_
   if (blockIdx.x == 0 && threadIdx.x == 0) d.counts[d.n_params] += 1;
 }
 
-extern "C" cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
+extern "C" cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, const loom_cu_opt_tensor *host_tensors,
+                                          const float *const *grads, int n, int64_t total_chunks,
                                           loom_cu_opt_hparams h, loom_cu_opt_dev d, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  if (total_chunks > 0) {
-    k_optim<<<(unsigned)total_chunks, 256, 0, s>>>(tensors, n, h, d);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+  /* Every update launch before the commit: the commit moves the counts and
+   * the schedule position that the updates read. */
+  for (int base = 0; base < n; base += LOOM_CU_OPT_GRADS_PER_LAUNCH) {
+    opt_grads gr;
+    memset(&gr, 0, sizeof gr);  /* the unused slots too: a captured graph bakes them in */
+    gr.base = base;
+    gr.n = n - base < LOOM_CU_OPT_GRADS_PER_LAUNCH ? n - base : LOOM_CU_OPT_GRADS_PER_LAUNCH;
+    gr.chunk0 = host_tensors[base].first_chunk;
+    for (int i = 0; i < gr.n; i++) gr.g[i] = grads[base + i];
+    const int64_t end = base + gr.n < n ? host_tensors[base + gr.n].first_chunk : total_chunks;
+    if (end > gr.chunk0) {
+      k_optim<<<(unsigned)(end - gr.chunk0), 256, 0, s>>>(tensors, gr, h, d);
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) return e;
+    }
   }
   if (d.counts) {
     k_optim_commit<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(tensors, n, d);

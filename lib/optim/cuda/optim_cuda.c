@@ -2,7 +2,10 @@
  * the GPU (device code: optim.cu) and the device-resident state they keep:
  *  - the parameter table (pointers, sizes, chunk map), kept in device memory
  *    and re-uploaded only when it changes (dev_table.c), not copied from
- *    pageable memory every step;
+ *    pageable memory every step; the gradients, new tensors every step, are
+ *    not in it but go by value in the launch (optim_launch.h), so a warm
+ *    training loop never uploads it again and a captured graph keeps the
+ *    gradients of its own step whatever eager steps do in between;
  *  - each parameter's update count and the optimizer's step count, on the
  *    device, so SGD's first step and AdamW's bias corrections come from
  *    there — a step the loss scaler skips on the GPU is simply not counted,
@@ -36,6 +39,7 @@ struct loom_opt_cuda {
   double beta1, beta2;
   loom_dev_table *table;
   loom_cu_opt_tensor *host_tab;  /* scratch: this step's table */
+  const float **host_grads;      /* scratch: this step's gradients, in table order */
   int host_cap;
 };
 
@@ -45,6 +49,7 @@ void loom_cuda_opt_free(loom_opt_cuda *s) {
   loom_alloc_free(s->dev, s->bc);
   loom_dev_table_free(s->table);
   loom_sys_free(s->host_tab);
+  loom_sys_free((void *)s->host_grads);
   loom_sys_free(s);
 }
 
@@ -158,8 +163,10 @@ static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_c
   }
   if (g->n > s->host_cap) {
     loom_cu_opt_tensor *nt = loom_sys_realloc(s->host_tab, (size_t)g->n * sizeof *nt);
-    if (!nt) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
-    s->host_tab = nt;
+    if (nt) s->host_tab = nt;
+    const float **ng = nt ? loom_sys_realloc((void *)s->host_grads, (size_t)g->n * sizeof *ng) : NULL;
+    if (!ng) return loom_set_error(LOOM_ERR_OOM, "optimizer step: out of host memory");
+    s->host_grads = ng;
     s->host_cap = g->n;
   }
   loom_cu_opt_tensor *host = s->host_tab;
@@ -169,7 +176,7 @@ static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_c
       return loom_set_error(LOOM_ERR_INTERNAL, "AdamW step: parameter %d has no state buffers", a->param_index[i]);
     memset(&host[i], 0, sizeof host[i]);  /* padding too: the table is compared bytewise */
     host[i].param = g->param[i];
-    host[i].grad = g->grad[i];
+    s->host_grads[i] = g->grad[i];
     host[i].buf1 = g->buf1 ? g->buf1[i] : NULL;
     host[i].buf2 = g->buf2 ? g->buf2[i] : NULL;
     host[i].lowp = g->lowp ? g->lowp[i] : NULL;
@@ -194,7 +201,7 @@ static loom_status optim_step(loom_device dev, const loom_param_group *g, loom_c
   d.skip = a->skip;
   d.has_sched = a->sched != NULL;
   if (a->sched) d.sched = *a->sched;
-  LOOM_LAUNCH_CHECK(loom_cu_optim_step(dtab, g->n, chunks, h, d, c->stream));
+  LOOM_LAUNCH_CHECK(loom_cu_optim_step(dtab, host, s->host_grads, g->n, chunks, h, d, c->stream));
   return LOOM_OK;
 }
 

@@ -15,19 +15,27 @@ extern "C" {
 #endif
 
 /* Fused multi-tensor optimizer updates: one launch for every tensor listed
- * in the device array `tensors` (n entries; the table stays in device
- * memory between steps and is re-uploaded only when it changes). */
+ * in the device array `tensors` (n entries). The table holds only what
+ * stays the same from step to step (parameters, state buffers, copies,
+ * chunk map), so it stays in device memory and is re-uploaded only when
+ * that changes. The gradients — new tensors every step (zero_grad lets go
+ * of them) — travel by value as kernel arguments, at most
+ * LOOM_CU_OPT_GRADS_PER_LAUNCH per launch (more: several launches): a
+ * captured graph bakes the gradients of the step it captured into its own
+ * launches, and no eager step ever needs a new table for new gradients. */
 typedef struct loom_cu_opt_tensor {
   float *param;
-  const float *grad;
   float *buf1;
   float *buf2;
   uint16_t *lowp;
   int64_t numel;
-  int64_t first_chunk;  /* index of this tensor's first chunk in the grid */
+  int64_t first_chunk;  /* index of this tensor's first chunk in the step's grid */
   int64_t pidx;         /* the parameter's index in the optimizer (its update count) */
   int64_t group;        /* its parameter group: lr and weight decay from h.group_lr/group_wd */
 } loom_cu_opt_tensor;
+
+/* 256 pointers: 2 KiB of the 4 KiB of kernel arguments every GPU takes. */
+#define LOOM_CU_OPT_GRADS_PER_LAUNCH 256
 
 /* Device-resident step state, so that no step needs the host to know
  * whether the previous one was taken (the loss scaler decides on the GPU):
@@ -66,9 +74,12 @@ typedef struct loom_cu_opt_hparams {
 #define LOOM_CU_OPT_CHUNK 4096  /* elements per block */
 /* The update, then (stream-ordered) the count commit: counts[pidx] += 1 for
  * every listed tensor and counts[n_params] += 1, unless *skip; and
- * counts[n_params + 1] += 1 with a schedule, always. */
-cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, int n, int64_t total_chunks,
-                               loom_cu_opt_hparams h, loom_cu_opt_dev d, cudaStream_t s);
+ * counts[n_params + 1] += 1 with a schedule, always. host_tensors: the
+ * host image of `tensors` (its chunk map splits the launches); grads[i]:
+ * entry i's gradient (host array of device pointers, read before return). */
+cudaError_t loom_cu_optim_step(const loom_cu_opt_tensor *tensors, const loom_cu_opt_tensor *host_tensors,
+                               const float *const *grads, int n, int64_t total_chunks, loom_cu_opt_hparams h,
+                               loom_cu_opt_dev d, cudaStream_t s);
 
 #ifdef __cplusplus
 }
