@@ -555,6 +555,34 @@ CUDA_TEST(cuda_alloc, empty_cache_and_oom_retry_with_the_real_provider) {
   loom_scope_end();
 }
 
+/* backend:cuda_async and loom_shutdown: the pool's memory goes back to the
+ * device even when a block is still allocated (shutdown frees it, and
+ * reports it) and another freed one is cached. cudaMemPoolDestroy alone
+ * keeps a pool's memory until its allocations are freed, which a block the
+ * caller never freed never is: before the fix the first GPU run's
+ * compute-sanitizer reported such cuda_async memory leaked. */
+CUDA_TEST(cuda_alloc, shutdown_gives_back_cuda_async_memory_still_allocated) {
+#ifdef LOOM_HAVE_CUDA
+  cr_assert_eq(loom_alloc_configure("backend:cuda_async"), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+  cr_assert_eq(cudaFree(NULL), cudaSuccess);  /* the runtime's context, before the baseline */
+  size_t fr0 = 0, fr1 = 0, fr2 = 0, tot = 0;
+  cr_assert_eq(cudaMemGetInfo(&fr0, &tot), cudaSuccess);
+  const size_t big = (size_t)256 << 20;
+  void *live = NULL, *cached = NULL;
+  cr_assert_eq(loom_alloc_malloc(gpu(), big, NULL, &live), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_alloc_malloc(gpu(), big, NULL, &cached), LOOM_OK, "%s", loom_last_error());
+  loom_alloc_free(gpu(), cached);
+  cr_assert_eq(loom_device_synchronize(gpu()), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(cudaMemGetInfo(&fr1, &tot), cudaSuccess);
+  cr_assert_leq(fr1 + 2 * big, fr0 + ((size_t)32 << 20), "the pool did not take 512 MiB: %zu free before, %zu after",
+                fr0, fr1);
+  tk_assert_error(loom_shutdown(), LOOM_ERR_STATE, "cuda:0", "still allocated");
+  cr_assert_eq(cudaMemGetInfo(&fr2, &tot), cudaSuccess);
+  cr_assert_geq(fr2 + ((size_t)32 << 20), fr0, "after loom_shutdown %zu bytes free, %zu before the pool", fr2, fr0);
+#endif
+}
+
 CUDA_TEST(cuda_alloc, pinned_host_blocks_are_page_locked_and_reused) {
 #ifdef LOOM_HAVE_CUDA
   void *p = NULL, *q = NULL;
