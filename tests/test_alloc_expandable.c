@@ -428,6 +428,10 @@ Test(alloc_expandable_config, the_cpu_device_pool_uses_it_and_it_cannot_change_l
   tk_leak_check();
 }
 
+/* The CUDA tests end with loom_shutdown, after a failed assertion too, so
+ * that compute-sanitizer --leak-check sees only what loom lost track of. */
+TestSuite(alloc_expandable_cuda, .fini = tk_teardown);
+
 /* Stats of a real device (the public query). */
 static loom_memory_stats dev_stats(loom_device dev) {
   loom_memory_stats st = {.struct_size = sizeof st};
@@ -489,7 +493,6 @@ Test(alloc_expandable_cuda, vmm_ranges_grow_in_place_hold_data_and_unmap) {
                "empty_cache unmapped every granule of a and b: %lld reserved, %lld before them",
                (long long)st.reserved_bytes[0].current, (long long)s0.reserved_bytes[0].current);
   cr_assert_eq(st.segments[0].current, s0.segments[0].current, "and gave back the small range the fills used");
-  tk_teardown();
 }
 
 /* The CUDA provider gives each range's address space back
@@ -521,5 +524,4 @@ Test(alloc_expandable_cuda, empty_cache_gives_the_address_range_back) {
   cr_assert_eq(st.segments[0].current, 0, "a range outlived empty_cache");
   cr_assert_eq(st.reserved_bytes[0].current, 0);
   cr_assert_eq(st.num_device_frees, 8192, "one unmap per round");
-  tk_teardown();
 }

@@ -44,15 +44,16 @@
 #include "ops/cuda/cuda_kernels.h"
 #endif
 
-#define CUDA_TEST(suite, name, ...)                   \
-  static void suite##_##name##_body(void);            \
-  Test(suite, name, ##__VA_ARGS__) {                  \
-    tk_require_device(loom_cuda(0));                  \
-    loom_scope_begin();                               \
-    suite##_##name##_body();                          \
-    loom_scope_end();                                 \
-    tk_teardown();                                    \
-  }                                                   \
+/* tk_teardown (loom_shutdown) as .fini, after a failed assertion too, so
+ * that compute-sanitizer --leak-check sees only what loom lost track of. */
+#define CUDA_TEST(suite, name, ...)                           \
+  static void suite##_##name##_body(void);                    \
+  Test(suite, name, .fini = tk_teardown, ##__VA_ARGS__) {     \
+    tk_require_device(loom_cuda(0));                          \
+    loom_scope_begin();                                       \
+    suite##_##name##_body();                                  \
+    loom_scope_end();                                         \
+  }                                                           \
   static void suite##_##name##_body(void)
 
 static loom_device gpu(void) { return loom_cuda(0); }
