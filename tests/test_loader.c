@@ -19,6 +19,7 @@
 #include "loom/prof.h"
 #include "loom/ops.h"
 #include "loom/graph.h"
+#include "loom/shutdown.h"
 #include "device/sync_stats.h"
 
 /* ---- fixtures ------------------------------------------------------------------ */
@@ -989,6 +990,16 @@ Test(loader_into, loader_error_reaches_next_into, .timeout = 30) {
 }
 
 /* ---- the same on a GPU (skipped without one) ------------------------------------ */
+/* Each ends with loom_shutdown (as testkit's tk_teardown does), so that
+ * compute-sanitizer --leak-check sees only what a test itself leaked, never
+ * loom's caches (the allocator's segments, the pinned pool, the CUDA
+ * context), which loom keeps for the life of the process unless shut down. */
+static void cuda_fini(void) {
+  loom_status st = loom_shutdown();
+  cr_assert_eq(st, LOOM_OK, "loom_shutdown at the end of the test: %s", loom_last_error());
+}
+TestSuite(loader_cuda, .fini = cuda_fini);
+
 Test(loader_cuda, next_into_matches_next, .timeout = 120) {
   REQUIRE_CUDA0();
   into_matches_next(loom_cuda(0), false);

@@ -590,6 +590,12 @@ DEVICE_TEST(conv2d, malformed_shapes_and_options_are_errors) {
   tk_assert_fails(loom_conv2d(x, NULL, NULL, &o), LOOM_ERR_NULL_INPUT, "conv2d");
 }
 
+/* Every CUDA test ends with loom_shutdown (tk_teardown as .fini: after a
+ * failed assertion too), so that compute-sanitizer --leak-check sees only
+ * what loom lost track of, never the allocator's cache, the CUDA context or
+ * cuDNN's handles (kept for the life of the process unless shut down). */
+TestSuite(conv2d_cuda, .fini = tk_teardown);
+
 /* Needs a second device kind, so CUDA only (skips visibly without a GPU). */
 Test(conv2d_cuda, device_mismatch_is_an_error) {
   tk_require_device(loom_cuda(0));

@@ -7,9 +7,14 @@
  * cudaMallocAsync/cudaFreeAsync (on the current stream) on each GPU when one
  * is present. One line per result:
  *   bench=alloc device=cpu size=4096 loom_pairs_per_s=... raw=malloc raw_pairs_per_s=... ratio=...
- * Usage: bench_alloc [seconds per measurement, default 0.3] */
+ * Usage: bench_alloc [seconds per measurement, default 0.3]
+ *        bench_alloc --pairs N [--size BYTES]   fixed work, loom on the CPU only:
+ *   bench=alloc_pairs device=cpu size=512 pairs=N ns_per_pair=...
+ * (for comparing two builds round by round, where a time-boxed rate
+ * against malloc is too noisy on a loaded machine) */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "alloc/alloc.h"
@@ -89,7 +94,31 @@ static void report(const char *dev, size_t n, double loom_r, const char *raw, do
   fflush(stdout);
 }
 
+/* Fixed work: n loom alloc+free pairs of `size` bytes on the CPU. */
+static int pairs_only(long n, size_t size) {
+  loom_device cpu = loom_cpu();
+  if (loom_pair(&cpu, size)) return 1;  /* the pool's first segment */
+  double t0 = now();
+  for (long i = 0; i < n; i++)
+    if (loom_pair(&cpu, size)) {
+      printf("bench=alloc_pairs device=cpu size=%zu error=\"%s\"\n", size, loom_last_error());
+      return 1;
+    }
+  double dt = now() - t0;
+  printf("bench=alloc_pairs device=cpu size=%zu pairs=%ld ns_per_pair=%.1f\n", size, n, 1e9 * dt / (double)n);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "--pairs") == 0) {
+    long n = atol(argv[2]);
+    size_t size = argc > 4 && strcmp(argv[3], "--size") == 0 ? (size_t)atol(argv[4]) : 512;
+    if (n <= 0 || size == 0) {
+      fprintf(stderr, "usage: %s --pairs N [--size BYTES]\n", argv[0]);
+      return 2;
+    }
+    return pairs_only(n, size);
+  }
   double secs = argc > 1 ? atof(argv[1]) : 0.3;
   if (secs <= 0) secs = 0.3;
   const size_t sizes[] = {512, 4096, 65536, 1 << 20, 4 << 20, 32 << 20};

@@ -317,19 +317,30 @@ static char *a_snapshot(loom_allocator *base) {
   return buf;
 }
 
-/* Live allocations are dropped with the pool (like loom_pool_destroy). */
+/* Live allocations are freed with the pool (like loom_pool_destroy). A
+ * pool destroyed with allocations outstanding or frees still in flight
+ * keeps its memory until they are freed and complete (cudaMemPoolDestroy),
+ * which for a live allocation is never: so the device is drained, each is
+ * freed (on the NULL stream: its own stream may be gone by now), the device
+ * drained again and the pool trimmed before it is destroyed. */
 static void a_destroy(loom_allocator *base) {
   loom_async *a = (loom_async *)base;
   if (!a) return;
   (void)loom_cuda_set_device(a->index);
-  (void)cudaMemPoolDestroy(a->pool);
-  (void)cudaGetLastError();
+  loom_sync_count(LOOM_SYNC_DEVICE);
+  (void)cudaDeviceSynchronize();
   for (size_t i = 0; i < a->live.cap; i++)
     if (a->live.keys[i]) {
       async_alloc *r = a->live.vals[i];
+      (void)cudaFreeAsync((void *)a->live.keys[i], 0);
       loom_sys_free(r->uses);
       loom_sys_free(r);
     }
+  loom_sync_count(LOOM_SYNC_DEVICE);
+  (void)cudaDeviceSynchronize();
+  (void)cudaMemPoolTrimTo(a->pool, 0);
+  (void)cudaMemPoolDestroy(a->pool);
+  (void)cudaGetLastError();
   loom_ptrmap_free(&a->live);
   pthread_mutex_destroy(&a->mu);
   loom_sys_free(a);

@@ -21,9 +21,8 @@ static int should_split(const loom_pool *p, const block *b, size_t size) {
 }
 
 static block *find_free(loom_pool *p, int kind, loom_stream *s, size_t size, int check) {
-  block key = {0};
-  key.stream = s;
-  key.size = size;
+  block key;
+  loom_pool_tree_key(&key, s, size);
   block *b = loom_pool_tree_lower(0, p->root[kind][0], &key, 0);
   if (!b || b->stream != s || (check && !size_ok(p, size, b->size))) return NULL;
   loom_pool_tree_remove(p, b);
@@ -31,8 +30,8 @@ static block *find_free(loom_pool *p, int kind, loom_stream *s, size_t size, int
 }
 
 static loom_status take_other_stream(loom_pool *p, int kind, loom_stream *s, size_t size, block **out) {
-  block key = {0};
-  key.size = size;
+  block key;
+  loom_pool_tree_key(&key, NULL, size);
   for (block *b = loom_pool_tree_lower(1, p->root[kind][1], &key, 0); b;
        b = loom_pool_tree_lower(1, p->root[kind][1], b, 1)) {
     if (!size_ok(p, size, b->size)) break;

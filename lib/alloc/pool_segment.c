@@ -20,11 +20,7 @@ block *loom_pool_block_new(loom_pool *p) {
   block *b = p->spare;
   if (b) {
     p->spare = b->spare_next;
-    loom_stream **uses = b->uses;
-    int cap = b->capuses;
-    memset(b, 0, sizeof *b);
-    b->uses = uses;
-    b->capuses = cap;
+    memset(b, 0, offsetof(block, uses));  /* keeps uses and capuses, the last fields */
   } else {
     b = loom_sys_calloc(1, sizeof *b);
     if (!b) return NULL;
@@ -184,8 +180,8 @@ int loom_pool_release_all(loom_pool *p, loom_status *st) {
  * Returns how many segments were released. */
 int loom_pool_release_fitting(loom_pool *p, int kind, size_t n) {
   if (p->cfg.expandable) return loom_pool_exp_unmap_all(p, kind, NULL) > 0;
-  block key = {0};
-  key.size = n;
+  block key;
+  loom_pool_tree_key(&key, NULL, n);
   block *b = loom_pool_tree_lower(1, p->root[kind][1], &key, 0);
   if (b) {
     loom_pool_seg_release(p, b);

@@ -32,7 +32,8 @@ void tk_leak_check(void);
 /* The end of a test: loom_shutdown (which must succeed: memory still
  * allocated means the test leaked a tensor or handle), then tk_leak_check,
  * so a leak checker sees only what the test itself leaked, never loom's
- * caches. DEVICE_TEST ends with it. */
+ * caches. DEVICE_TEST runs it as the test's .fini (also after a failed
+ * assertion); other GPU tests end with it or use it as .fini. */
 void tk_teardown(void);
 
 /* ---- files ------------------------------------------------------------- */
@@ -42,21 +43,22 @@ void tk_tmpdir(char *dir, size_t n, const char *prefix);
 /* Remove dir and the files in it (not recursive: tests write flat). */
 void tk_tmpdir_remove(const char *dir);
 
+/* tk_teardown runs as the test's .fini, so it runs after a failed assertion
+ * too: loom_shutdown then frees what the failed test still held, and
+ * compute-sanitizer --leak-check reports only memory loom lost track of. */
 #define DEVICE_TEST(suite, name, ...)                                         \
   static void suite##_##name##_body(loom_device dev);                         \
-  Test(suite##_cpu, name, ##__VA_ARGS__) {                                    \
+  Test(suite##_cpu, name, .fini = tk_teardown, ##__VA_ARGS__) {               \
     tk_require_device(loom_cpu());                                            \
     loom_scope_begin();                                                       \
     suite##_##name##_body(loom_cpu());                                        \
     loom_scope_end();                                                         \
-    tk_teardown();                                                            \
   }                                                                           \
-  Test(suite##_cuda, name, ##__VA_ARGS__) {                                   \
+  Test(suite##_cuda, name, .fini = tk_teardown, ##__VA_ARGS__) {              \
     tk_require_device(loom_cuda(0));                                          \
     loom_scope_begin();                                                       \
     suite##_##name##_body(loom_cuda(0));                                      \
     loom_scope_end();                                                         \
-    tk_teardown();                                                            \
   }                                                                           \
   static void suite##_##name##_body(loom_device dev)
 
