@@ -228,3 +228,116 @@ CPU_TEST(gpt, unfused_attention_equals_fused) {
   for (int j = 0; j < 3; j++) free(vals[j]), free(grads[0][j]), free(grads[1][j]);
   free(out[0]), free(out[1]);
 }
+
+/* Dropout: in training mode with p > 0 the logits change (embedding,
+ * attention-weight and residual dropout) and the same seed draws the same
+ * masks; in eval mode they equal the logits of the same weights with p = 0. */
+CPU_TEST(gpt, dropout_only_in_training) {
+  loom_gpt_config c = tiny();
+  loom_module *plain = make(&c, 5);
+  c.dropout = 0.25;
+  loom_module *m = make(&c, 5);  /* same seed: same weights */
+  loom_tensor *x = tokens(2, 8, 11, 3);
+  int64_t n = 2 * 8 * 11;
+  double *ref = tk_read(loom_module_forward(plain, x));
+  loom_manual_seed(99);
+  double *a = tk_read(loom_module_forward(m, x));
+  loom_manual_seed(99);
+  double *b = tk_read(loom_module_forward(m, x));
+  tk_assert_close(b, a, n, 0, 0, "training forward, same seed: same masks");
+  double diff = 0;
+  for (int64_t i = 0; i < n; i++) diff = fmax(diff, fabs(a[i] - ref[i]));
+  cr_assert(diff > 1e-3, "dropout 0.25 in training changed the logits by only %.3g", diff);
+  cr_assert_eq(loom_module_train(m, false), LOOM_OK);
+  double *e = tk_read(loom_module_forward(m, x));
+  tk_assert_close(e, ref, n, 0, 0, "eval mode: dropout is the identity");
+  /* Attention dropout alone: the unfused path, with its weights dropped. */
+  int64_t sh[4] = {1, 2, 8, 4};
+  loom_tensor *q = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, CPU, NULL), *k = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, CPU, NULL),
+              *v = tk_rand_tensor(4, sh, -1, 1, 0, LOOM_F32, CPU, NULL);
+  double *fused = tk_read(loom_gpt_attention(q, k, v, 0.5, false)), *dropped = tk_read(loom_gpt_attention(q, k, v, 0.5, true));
+  diff = 0;
+  for (int64_t i = 0; i < 64; i++) diff = fmax(diff, fabs(fused[i] - dropped[i]));
+  cr_assert(diff > 1e-3, "attention dropout 0.5 changed nothing (%.3g)", diff);
+  free(ref), free(a), free(b), free(e), free(fused), free(dropped);
+  loom_module_free(m);
+  loom_module_free(plain);
+}
+
+/* Parameters saved under their names and loaded into a model from another
+ * seed give the same logits: the file is the model. */
+CPU_TEST(gpt, safetensors_round_trip_by_name) {
+  loom_gpt_config c = tiny();
+  loom_module *a = make(&c, 11), *b = make(&c, 12);
+  int np = loom_module_num_params(a);
+  char **names = calloc((size_t)np, sizeof *names), buf[128], dir[512], path[600];
+  loom_tensor **ts = calloc((size_t)np, sizeof *ts);
+  for (int i = 0; i < np; i++) names[i] = strdup(loom_module_param_name(a, i, buf, sizeof buf)), ts[i] = loom_module_param(a, i);
+  tk_tmpdir(dir, sizeof dir, "loom-gpt");
+  snprintf(path, sizeof path, "%s/gpt.safetensors", dir);
+  cr_assert_eq(loom_safetensors_save(path, np, (const char *const *)names, ts, 0, NULL, NULL), LOOM_OK, "%s",
+               loom_last_error());
+  loom_safetensors *f = loom_safetensors_open(path);
+  cr_assert_not_null(f, "%s", loom_last_error());
+  cr_assert_eq(loom_safetensors_num_tensors(f), np);
+  for (int i = 0; i < np; i++) {
+    loom_tensor *t = loom_safetensors_get(f, loom_module_param_name(b, i, buf, sizeof buf), CPU);
+    cr_assert_not_null(t, "%s: %s", buf, loom_last_error());
+    cr_assert_eq(loom_copy_(loom_module_param(b, i), t), LOOM_OK, "%s", loom_last_error());
+  }
+  loom_safetensors_close(f);
+  tk_tmpdir_remove(dir);
+  loom_tensor *x = tokens(2, 6, 11, 4);
+  double *la = tk_read(loom_module_forward(a, x)), *lb = tk_read(loom_module_forward(b, x));
+  tk_assert_close(lb, la, 2 * 6 * 11, 0, 0, "logits after loading a's file into b");
+  for (int i = 0; i < np; i++) free(names[i]);
+  free(names), free(ts), free(la), free(lb);
+  loom_module_free(a);
+  loom_module_free(b);
+}
+
+/* nanoGPT's AdamW groups: decay on the 2-D tensors (embeddings and Linear
+ * weights), none on biases and LayerNorm weights; a few steps with the
+ * warm-up + cosine schedule (and gradient clipping) learn a fixed batch. */
+CPU_TEST(gpt, adamw_groups_and_cosine_schedule) {
+  loom_gpt_config c = tiny();
+  loom_module *m = make(&c, 21);
+  int np = loom_module_num_params(m), nd, nn;
+  loom_tensor **d = calloc((size_t)np, sizeof *d), **nod = calloc((size_t)np, sizeof *nod);
+  cr_assert_eq(loom_gpt_split_decay(m, d, &nd, nod, &nn), LOOM_OK);
+  cr_assert_eq(nd, 2 + 4 * 2, "wte, wpe and 4 Linear weights per block");
+  cr_assert_eq(nn, np - nd);
+  for (int i = 0; i < nd; i++) cr_assert_geq(loom_tensor_ndim(d[i]), 2);
+  for (int i = 0; i < nn; i++) cr_assert_eq(loom_tensor_ndim(nod[i]), 1);
+  loom_adamw_options o;
+  loom_adamw_options_init(&o);
+  o.lr = 1e-2, o.weight_decay = 0.1, o.beta2 = 0.99;
+  loom_optimizer *opt = loom_adamw_new(d, nd, &o);
+  cr_assert_not_null(opt, "%s", loom_last_error());
+  loom_param_group_options g;
+  loom_param_group_options_init(&g);
+  g.weight_decay = 0.0;
+  cr_assert_eq(loom_optimizer_add_param_group(opt, nod, nn, &g), LOOM_OK, "%s", loom_last_error());
+  loom_lr_schedule s = loom_lr_cosine(1e-2, 3, 30, 1e-3);
+  cr_assert_eq(loom_optimizer_set_schedule(opt, &s, 0), LOOM_OK, "%s", loom_last_error());
+  loom_tensor *x = tokens(4, 8, 11, 5), *y = tokens(4, 8, 11, 6);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; step++) {
+    loom_scope_begin();
+    loom_tensor *loss = loom_gpt_forward(m, x, y);
+    cr_assert_not_null(loss, "%s", loom_last_error());
+    cr_assert_eq(loom_item(loss, step ? &last : &first), LOOM_OK);
+    cr_assert_eq(loom_optimizer_zero_grad(opt), LOOM_OK);
+    cr_assert_eq(loom_backward(loss), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_clip_grad_norm(d, nd, 1.0, NULL), LOOM_OK, "%s", loom_last_error());
+    cr_assert_eq(loom_optimizer_step(opt), LOOM_OK, "%s", loom_last_error());
+    loom_scope_end();
+  }
+  cr_assert(last < 0.7 * first, "30 AdamW steps on one batch: loss %.4f -> %.4f", first, last);
+  cr_assert_float_eq(loom_optimizer_get_lr(opt), loom_lr_at(&s, 29), 1e-15, "the schedule set the last step's lr");
+  cr_assert_float_eq(loom_optimizer_get_group_weight_decay(opt, 0), 0.1, 0);
+  cr_assert_float_eq(loom_optimizer_get_group_weight_decay(opt, 1), 0.0, 0);
+  loom_optimizer_free(opt);
+  free(d), free(nod);
+  loom_module_free(m);
+}
