@@ -182,9 +182,9 @@ CPU_TEST(gpt, loss_path_equals_cross_entropy_of_logits) {
   char buf[128];
   for (int i = 0; i < np; i++) {
     loom_tensor *p = loom_module_param(m, i);
-    tk_assert_close(tk_read(loom_grad(p)), g[i], loom_tensor_numel(p), 1e-7, 1e-5,
-                    loom_module_param_name(m, i, buf, sizeof buf));
-    free(g[i]);
+    double *got_g = tk_read(loom_grad(p));
+    tk_assert_close(got_g, g[i], loom_tensor_numel(p), 1e-7, 1e-5, loom_module_param_name(m, i, buf, sizeof buf));
+    free(got_g), free(g[i]);
   }
   free(g);
   loom_module_free(m);
