@@ -341,3 +341,41 @@ CPU_TEST(gpt, adamw_groups_and_cosine_schedule) {
   free(d), free(nod);
   loom_module_free(m);
 }
+
+/* Activation checkpointing of the blocks (the h Sequential, one segment per
+ * block): the same loss and gradients as the plain run, also with dropout
+ * (backward recomputes each block from the random state its forward began
+ * with, so it draws the same masks). */
+CPU_TEST(gpt, checkpointed_blocks_give_the_same_gradients) {
+  loom_gpt_config c = tiny();
+  c.dropout = 0.2;
+  loom_tensor *x = tokens(2, 8, 11, 7), *y = tokens(2, 8, 11, 8);
+  double loss[2], *g[2][64];
+  int64_t numel[64];
+  int np = 0;
+  for (int run = 0; run < 2; run++) {
+    loom_module *m = make(&c, 31);
+    loom_module *h = loom_module_find_child(loom_module_find_child(m, "transformer"), "h");
+    cr_assert_not_null(h);
+    if (run) cr_assert_eq(loom_sequential_set_checkpoint_every(h, 1), LOOM_OK, "%s", loom_last_error());
+    loom_manual_seed(5);
+    loom_tensor *l = loom_gpt_forward(m, x, y);
+    cr_assert_not_null(l, "%s", loom_last_error());
+    cr_assert_eq(loom_item(l, &loss[run]), LOOM_OK);
+    cr_assert_eq(loom_backward(l), LOOM_OK, "%s", loom_last_error());
+    np = loom_module_num_params(m);
+    cr_assert_leq(np, 64);
+    for (int i = 0; i < np; i++) {
+      g[run][i] = tk_read(loom_grad(loom_module_param(m, i)));
+      numel[i] = loom_tensor_numel(loom_module_param(m, i));
+    }
+    loom_module_free(m);
+  }
+  cr_assert_eq(loss[1], loss[0], "checkpointed loss %.9g, plain %.9g", loss[1], loss[0]);
+  for (int i = 0; i < np; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "gradient of parameter %d", i);
+    tk_assert_close(g[1][i], g[0][i], numel[i], 1e-7, 1e-6, what);
+    free(g[0][i]), free(g[1][i]);
+  }
+}
