@@ -18,9 +18,19 @@
  * val_loss over --eval-batches validation batches in eval mode (no dropout),
  * tokens_per_sec = training tokens / training time (evaluations excluded).
  *
- * Not yet (issue 28 part 3): the default Shakespeare corpus, --csv,
- * --logdir, --profile, --save/--resume, --precision, data parallelism,
- * --sample. */
+ * --save FILE writes a training checkpoint (loom_checkpoint_save: model,
+ * AdamW state, loom's RNG, the step) at the end and every --save-every
+ * steps; --max-steps stops early (the schedule still spans --steps);
+ * --resume continues from --save FILE when it exists (batches are drawn per
+ * step from (seed, step), so a resumed run equals the straight one).
+ * --sample N prints N bytes generated after --prompt (temperature, top-k);
+ * with --steps equal to the checkpoint's step it samples without training
+ * (the vocabulary comes from --data, which must be the same file).
+ * --csv FILE: step,train_loss,val_loss,lr,tokens_per_sec at each evaluation.
+ *
+ * Not yet (issue 28 part 3): the default Shakespeare corpus, --logdir,
+ * --profile, --precision, data parallelism, CUDA (the attention, embedding
+ * and LayerNorm ops are CPU-only so far). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,10 +44,11 @@
 static const char *PROG = "loom-gpt";
 
 typedef struct opts {
-  const char *data;
-  int64_t layers, heads, embd, block, steps, batch, warmup, eval_every, eval_batches, seed;
-  double lr, min_lr, dropout, weight_decay, grad_clip;
-  int quiet;
+  const char *data, *save, *csv, *prompt;
+  int64_t layers, heads, embd, block, steps, batch, warmup, eval_every, eval_batches, seed, save_every, max_steps;
+  int64_t sample, top_k;
+  double lr, min_lr, dropout, weight_decay, grad_clip, temperature;
+  int quiet, resume;
 } opts;
 
 static int fail(const char *what) {
@@ -60,16 +71,19 @@ static int parse_f64(const char *flag, const char *s, double lo, double *out) {
 static void usage(FILE *f) {
   fprintf(f, "usage: %s --data FILE [--layers N] [--heads N] [--embd N] [--block N] [--steps N] [--batch N]\n"
              "       [--lr X] [--min-lr X] [--warmup N] [--dropout P] [--weight-decay X] [--grad-clip X]\n"
-             "       [--seed N] [--eval-every N] [--eval-batches N] [--quiet]\n", PROG);
+             "       [--seed N] [--eval-every N] [--eval-batches N] [--csv FILE] [--quiet]\n"
+             "       [--save FILE [--save-every N] [--max-steps N]] [--resume]\n"
+             "       [--sample N [--temperature T] [--top-k K] [--prompt TEXT]]\n", PROG);
 }
 
 static int parse(int argc, char **argv, opts *o) {
   *o = (opts){.layers = 6, .heads = 6, .embd = 384, .block = 256, .steps = 5000, .batch = 64, .warmup = -1,
               .eval_every = 250, .eval_batches = 20, .seed = 1337, .lr = 1e-3, .min_lr = -1, .dropout = 0.2,
-              .weight_decay = 0.1, .grad_clip = 1.0};
+              .weight_decay = 0.1, .grad_clip = 1.0, .max_steps = -1, .temperature = 1.0, .prompt = "\n"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+    if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
     if (!v) { fprintf(stderr, "%s: %s needs a value\n", PROG, a); return 0; }
     i++;
@@ -85,6 +99,14 @@ static int parse(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--eval-every")) ok = cli_parse_i64(PROG, a, v, 0, &o->eval_every);
     else if (!strcmp(a, "--eval-batches")) ok = cli_parse_i64(PROG, a, v, 1, &o->eval_batches);
     else if (!strcmp(a, "--seed")) ok = cli_parse_i64(PROG, a, v, 0, &o->seed);
+    else if (!strcmp(a, "--save")) o->save = v;
+    else if (!strcmp(a, "--csv")) o->csv = v;
+    else if (!strcmp(a, "--prompt")) o->prompt = v;
+    else if (!strcmp(a, "--save-every")) ok = cli_parse_i64(PROG, a, v, 0, &o->save_every);
+    else if (!strcmp(a, "--max-steps")) ok = cli_parse_i64(PROG, a, v, 0, &o->max_steps);
+    else if (!strcmp(a, "--sample")) ok = cli_parse_i64(PROG, a, v, 0, &o->sample);
+    else if (!strcmp(a, "--top-k")) ok = cli_parse_i64(PROG, a, v, 0, &o->top_k);
+    else if (!strcmp(a, "--temperature")) ok = parse_f64(a, v, 1e-6, &o->temperature);
     else if (!strcmp(a, "--lr")) ok = parse_f64(a, v, 0, &o->lr);
     else if (!strcmp(a, "--min-lr")) ok = parse_f64(a, v, 0, &o->min_lr);
     else if (!strcmp(a, "--dropout")) ok = parse_f64(a, v, 0, &o->dropout);
@@ -103,6 +125,14 @@ static int parse(int argc, char **argv, opts *o) {
   }
   if (o->dropout >= 1) {
     fprintf(stderr, "%s: --dropout must be below 1, got %g\n", PROG, o->dropout);
+    return 0;
+  }
+  if (o->resume && !o->save) {
+    fprintf(stderr, "%s: --resume continues the checkpoint named by --save FILE\n", PROG);
+    return 0;
+  }
+  if (!*o->prompt) {
+    fprintf(stderr, "%s: --prompt must not be empty\n", PROG);
     return 0;
   }
   if (o->min_lr < 0) o->min_lr = o->lr / 10;
@@ -161,10 +191,19 @@ static int load_corpus(const char *path, int64_t block, corpus *c) {
   return 1;
 }
 
-/* xorshift64*: batch offsets from --seed, independent of loom's generator. */
+/* splitmix64: batch offsets (and samples) from --seed, independent of
+ * loom's generator. Each step's batches come from a generator seeded by
+ * (seed, step), so a resumed run draws the batches the straight run drew. */
 static uint64_t rng_next(uint64_t *s) {
-  *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-  return *s * 2685821657736338717ULL;
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rng_for(int64_t seed, int64_t step) {
+  uint64_t s = (uint64_t)seed * 0xD1B54A32D192ED03ULL + (uint64_t)step;
+  return rng_next(&s);
 }
 
 /* B random windows of the split [lo, hi): inputs and next-byte targets [B, T] (u8). */
@@ -183,10 +222,10 @@ static void batch(const corpus *c, int64_t lo, int64_t hi, int64_t B, int64_t T,
 }
 
 /* Mean loss over n batches of the split, eval mode, no grad; NAN on failure. */
-static double evaluate(loom_module *m, const corpus *c, int64_t lo, int64_t hi, const opts *o, uint64_t seed) {
+static double evaluate(loom_module *m, const corpus *c, int64_t lo, int64_t hi, const opts *o, int64_t salt) {
   loom_module_train(m, false);
   bool prev = loom_set_grad_enabled(false);
-  uint64_t rng = seed;
+  uint64_t rng = rng_for(o->seed, -2 - salt);  /* the same validation batches at every evaluation */
   double sum = 0;
   for (int64_t i = 0; i < o->eval_batches && !isnan(sum); i++) {
     loom_scope_begin();
@@ -200,6 +239,96 @@ static double evaluate(loom_module *m, const corpus *c, int64_t lo, int64_t hi, 
   loom_set_grad_enabled(prev);
   loom_module_train(m, true);
   return sum / (double)o->eval_batches;
+}
+
+/* Sample n bytes after the prompt: the last block_size tokens in, the last
+ * position's logits / temperature, the top k kept (0: all), softmax, one
+ * draw. Prompt bytes outside the vocabulary are an error. */
+static int sample(loom_module *m, const corpus *c, const opts *o) {
+  int map[256];
+  for (int b = 0; b < 256; b++) map[b] = -1;
+  for (int i = 0; i < c->vocab; i++) map[c->chars[i]] = i;
+  size_t np = strlen(o->prompt);
+  int64_t cap = (int64_t)np + o->sample;
+  int64_t *toks = malloc((size_t)cap * sizeof *toks);
+  double *p = malloc((size_t)c->vocab * sizeof *p);
+  float *row = malloc((size_t)c->vocab * sizeof *row);
+  if (!toks || !p || !row) {
+    fprintf(stderr, "%s: out of memory for sampling\n", PROG);
+    free(toks), free(p), free(row);
+    return 0;
+  }
+  for (size_t i = 0; i < np; i++) {
+    if (map[(uint8_t)o->prompt[i]] < 0) {
+      fprintf(stderr, "%s: --prompt byte 0x%02x is not in the vocabulary of %s\n", PROG, (uint8_t)o->prompt[i],
+              o->data);
+      free(toks), free(p), free(row);
+      return 0;
+    }
+    toks[i] = map[(uint8_t)o->prompt[i]];
+  }
+  loom_module_train(m, false);
+  bool prev = loom_set_grad_enabled(false);
+  uint64_t rng = rng_for(o->seed, -1);
+  int64_t n = (int64_t)np;
+  int ok = 1;
+  for (; ok && n < cap; n++) {
+    int64_t t = n < o->block ? n : o->block, sh[2] = {1, t};
+    loom_scope_begin();
+    loom_tensor *logits = loom_module_forward(m, loom_from_host(toks + n - t, 2, sh, LOOM_I64, loom_cpu()));
+    loom_tensor *last = loom_slice(logits, 1, t - 1, t, 1);
+    ok = last && loom_to_host(last, row, (size_t)c->vocab * sizeof *row, LOOM_F32) == LOOM_OK;
+    loom_scope_end();
+    if (!ok) {
+      fprintf(stderr, "%s: sampling: %s\n", PROG, loom_last_error());
+      break;
+    }
+    /* Top k: logits below the k-th largest distinct value are dropped. */
+    double thr = -INFINITY, mx = -INFINITY, sum = 0;
+    if (o->top_k > 0 && o->top_k < c->vocab) {
+      for (int64_t r = 0; r < o->top_k; r++) {
+        double best = -INFINITY;
+        for (int i = 0; i < c->vocab; i++)
+          if (row[i] > best && (r == 0 || row[i] < thr)) best = row[i];
+        thr = best;
+      }
+    }
+    for (int i = 0; i < c->vocab; i++) mx = fmax(mx, row[i]);
+    for (int i = 0; i < c->vocab; i++) {
+      p[i] = row[i] >= thr ? exp(((double)row[i] - mx) / o->temperature) : 0.0;
+      sum += p[i];
+    }
+    double u = (double)(rng_next(&rng) >> 11) * 0x1.0p-53 * sum;
+    int pick = c->vocab - 1;
+    for (int i = 0; i < c->vocab; i++) {
+      if (u < p[i]) {
+        pick = i;
+        break;
+      }
+      u -= p[i];
+    }
+    while (pick > 0 && p[pick] == 0) pick--;
+    toks[n] = pick;
+  }
+  loom_set_grad_enabled(prev);
+  loom_module_train(m, true);
+  if (ok) {
+    printf("sample:\n");
+    for (int64_t i = 0; i < n; i++) putchar(c->chars[toks[i]]);
+    printf("\n");
+  }
+  free(toks), free(p), free(row);
+  return ok;
+}
+
+static int save(const opts *o, loom_train_state *st, const loom_lr_schedule *sched, int64_t step) {
+  st->schedule = sched;
+  st->step = step;
+  if (loom_checkpoint_save(o->save, st) != LOOM_OK) {
+    fprintf(stderr, "%s: --save %s: %s\n", PROG, o->save, loom_last_error());
+    return 0;
+  }
+  return 1;
 }
 
 int main(int argc, char **argv) {
@@ -228,19 +357,37 @@ int main(int argc, char **argv) {
   go.weight_decay = 0.0;
   if (!opt || loom_optimizer_add_param_group(opt, nodec, nn, &go) != LOOM_OK) return fail("optimizer");
   loom_lr_schedule sched = loom_lr_cosine(o.lr, o.warmup, o.steps, o.min_lr);
-  if (loom_optimizer_set_schedule(opt, &sched, 0) != LOOM_OK) return fail("schedule");
+  loom_train_state st = {.struct_size = sizeof st, .model = m, .optimizer = opt};
+  int64_t start = 0;
+  if (o.resume && access(o.save, F_OK) == 0) {
+    /* The model, AdamW's moments and counts, loom's RNG (dropout) and the step. */
+    if (loom_checkpoint_restore(o.save, &st) != LOOM_OK) return fail("--resume");
+    start = st.step;
+  }
+  if (loom_optimizer_set_schedule(opt, &sched, start) != LOOM_OK) return fail("schedule");
   if (!o.quiet)
-    printf("%s: %lld bytes, vocabulary %d, %lld train / %lld val; %s, %lld parameters\n", PROG, (long long)c.n,
+    printf("%s: %lld bytes, vocabulary %d, %lld train / %lld val; %s, %lld parameters%s\n", PROG, (long long)c.n,
            c.vocab, (long long)c.n_train, (long long)(c.n - c.n_train), loom_module_name(m),
-           (long long)loom_module_num_param_elements(m));
+           (long long)loom_module_num_param_elements(m), start ? " (resumed)" : "");
+  FILE *csv = NULL;
+  if (o.csv) {
+    csv = fopen(o.csv, start ? "a" : "w");
+    if (!csv) {
+      fprintf(stderr, "%s: --csv %s: %s\n", PROG, o.csv, strerror(errno));
+      return 1;
+    }
+    if (!start) fprintf(csv, "step,train_loss,val_loss,lr,tokens_per_sec\n");
+  }
 
-  uint64_t rng = (uint64_t)o.seed * 0x9E3779B97F4A7C15ULL + 1;
+  int64_t end = o.max_steps >= 0 && o.max_steps < o.steps ? o.max_steps : o.steps;
+  if (end < start) end = start;
   double train_s = 0, loss_v = NAN;
   int tty = isatty(1);
-  for (int64_t step = 0; step < o.steps; step++) {
+  for (int64_t step = start; step < end; step++) {
     double t0 = cli_now_s();
     loom_scope_begin();
     loom_tensor *x, *y;
+    uint64_t rng = rng_for(o.seed, step);
     batch(&c, 0, c.n_train, o.batch, o.block, &rng, &x, &y);
     loom_tensor *loss = loom_gpt_forward(m, x, y);
     if (!loss || loom_optimizer_zero_grad(opt) != LOOM_OK || loom_backward(loss) != LOOM_OK ||
@@ -249,20 +396,31 @@ int main(int argc, char **argv) {
       return fail("training step");
     loom_scope_end();
     train_s += cli_now_s() - t0;
+    double tps = (double)((step + 1 - start) * o.batch * o.block) / train_s;
     /* The shared progress line counts samples: sequences of --block tokens. */
-    cli_progress((cli_progress_style){50, 8, 1}, tty, o.quiet, 1, 1, step + 1, o.steps, loss_v,
-                 (double)((step + 1) * o.batch) / train_s);
-    if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps && !o.quiet) {
+    cli_progress((cli_progress_style){50, 8, 1}, tty, o.quiet, 1, 1, step + 1, o.steps, loss_v, tps / (double)o.block);
+    if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps && (!o.quiet || csv)) {
       double vl = evaluate(m, &c, c.n_train, c.n, &o, 7);
       if (isnan(vl)) return fail("evaluation");
-      printf("%sstep %lld: train loss %.4f, val loss %.4f, lr %.3g\n", tty ? "\n" : "", (long long)(step + 1), loss_v, vl,
-             loom_optimizer_get_lr(opt));
+      if (!o.quiet)
+        printf("%sstep %lld: train loss %.4f, val loss %.4f, lr %.3g\n", tty ? "\n" : "", (long long)(step + 1),
+               loss_v, vl, loom_optimizer_get_lr(opt));
+      if (csv)
+        fprintf(csv, "%lld,%.6f,%.6f,%.6g,%.0f\n", (long long)(step + 1), loss_v, vl, loom_optimizer_get_lr(opt), tps);
     }
+    if (o.save && o.save_every > 0 && (step + 1) % o.save_every == 0 && !save(&o, &st, &sched, step + 1)) return 1;
   }
+  if (o.save && end > start && !save(&o, &st, &sched, end)) return 1;
   double val = evaluate(m, &c, c.n_train, c.n, &o, 7);
   if (isnan(val)) return fail("evaluation");
   if (tty && !o.quiet) printf("\n");
-  printf("result val_loss=%.4f tokens_per_sec=%.0f\n", val, (double)(o.steps * o.batch * o.block) / train_s);
+  double tps = train_s > 0 ? (double)((end - start) * o.batch * o.block) / train_s : 0;
+  if (csv) {
+    fprintf(csv, "%lld,%.6f,%.6f,%.6g,%.0f\n", (long long)end, loss_v, val, loom_optimizer_get_lr(opt), tps);
+    fclose(csv);
+  }
+  if (o.sample > 0 && !sample(m, &c, &o)) return 1;
+  printf("result val_loss=%.4f tokens_per_sec=%.0f\n", val, tps);
   loom_optimizer_free(opt);
   loom_module_free(m);
   free(dec), free(nodec), free(all), free(c.ids);
