@@ -46,7 +46,7 @@ static const char *PROG = "loom-gpt";
 typedef struct opts {
   const char *data, *save, *csv, *prompt;
   int64_t layers, heads, embd, block, steps, batch, warmup, eval_every, eval_batches, seed, save_every, max_steps;
-  int64_t sample, top_k;
+  int64_t sample, top_k, threads;
   double lr, min_lr, dropout, weight_decay, grad_clip, temperature;
   int quiet, resume;
 } opts;
@@ -71,7 +71,7 @@ static int parse_f64(const char *flag, const char *s, double lo, double *out) {
 static void usage(FILE *f) {
   fprintf(f, "usage: %s --data FILE [--layers N] [--heads N] [--embd N] [--block N] [--steps N] [--batch N]\n"
              "       [--lr X] [--min-lr X] [--warmup N] [--dropout P] [--weight-decay X] [--grad-clip X]\n"
-             "       [--seed N] [--eval-every N] [--eval-batches N] [--csv FILE] [--quiet]\n"
+             "       [--seed N] [--threads N] [--eval-every N] [--eval-batches N] [--csv FILE] [--quiet]\n"
              "       [--save FILE [--save-every N] [--max-steps N]] [--resume]\n"
              "       [--sample N [--temperature T] [--top-k K] [--prompt TEXT]]\n", PROG);
 }
@@ -106,6 +106,7 @@ static int parse(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--max-steps")) ok = cli_parse_i64(PROG, a, v, 0, &o->max_steps);
     else if (!strcmp(a, "--sample")) ok = cli_parse_i64(PROG, a, v, 0, &o->sample);
     else if (!strcmp(a, "--top-k")) ok = cli_parse_i64(PROG, a, v, 0, &o->top_k);
+    else if (!strcmp(a, "--threads")) ok = cli_parse_i64(PROG, a, v, 0, &o->threads);
     else if (!strcmp(a, "--temperature")) ok = parse_f64(a, v, 1e-6, &o->temperature);
     else if (!strcmp(a, "--lr")) ok = parse_f64(a, v, 0, &o->lr);
     else if (!strcmp(a, "--min-lr")) ok = parse_f64(a, v, 0, &o->min_lr);
@@ -336,6 +337,7 @@ int main(int argc, char **argv) {
   if (!parse(argc, argv, &o)) return 2;
   corpus c;
   if (!load_corpus(o.data, o.block, &c)) return 1;
+  if (o.threads > 0) loom_set_num_threads((int)o.threads);  /* 0: loom's default (all cores) */
   loom_manual_seed((uint64_t)o.seed);
   loom_gpt_config cfg;
   loom_gpt_config_init(&cfg);
@@ -410,7 +412,8 @@ int main(int argc, char **argv) {
     }
     if (o.save && o.save_every > 0 && (step + 1) % o.save_every == 0 && !save(&o, &st, &sched, step + 1)) return 1;
   }
-  if (o.save && end > start && !save(&o, &st, &sched, end)) return 1;
+  /* Not when a resumed run had nothing left to train (it only samples). */
+  if (o.save && (end > start || start == 0) && !save(&o, &st, &sched, end)) return 1;
   double val = evaluate(m, &c, c.n_train, c.n, &o, 7);
   if (isnan(val)) return fail("evaluation");
   if (tty && !o.quiet) printf("\n");
