@@ -39,6 +39,16 @@
  * computed unfused (softmax(q kᵀ/sqrt(d) + causal mask), dropout, · v), with
  * the [B, heads, T, T] scores in memory.
  *
+ * Activation checkpointing: loom_sequential_set_checkpoint_every on the
+ * "transformer.h" child (loom_module_find_child is internal; reach it with
+ * loom_module_child(loom_module_child(gpt, 0), 3)) recomputes blocks in
+ * backward; gradients are unchanged (dropout masks included).
+ *
+ * Not yet: mixed precision (under a mixed policy the Linear layers' 16-bit
+ * outputs meet f32 embeddings and the forward fails with a dtype error), and
+ * CUDA (the attention, embedding and LayerNorm ops are CPU kernels so far:
+ * a model on a GPU is built, its forward fails with LOOM_ERR_UNSUPPORTED).
+ *
  * Threads: a model is used by one thread at a time. */
 #ifndef LOOM_GPT_H
 #define LOOM_GPT_H
