@@ -28,8 +28,10 @@
  * (the vocabulary comes from --data, which must be the same file).
  * --csv FILE: step,train_loss,val_loss,lr,tokens_per_sec at each evaluation.
  *
- * Not yet (issue 28 part 3): the default Shakespeare corpus, --logdir,
- * --profile, --precision, data parallelism, CUDA (the attention, embedding
+ * --logdir DIR and --profile FILE as in the other trainers
+ * (examples/common/observe.h; no accuracy: logged as 0).
+ *
+ * Not yet (issue 28 part 3): the default Shakespeare corpus, --precision, data parallelism, CUDA (the attention, embedding
  * and LayerNorm ops are CPU-only so far). */
 #include <errno.h>
 #include <math.h>
@@ -40,6 +42,7 @@
 
 #include "loom/loom.h"
 #include "../common/cli.h"
+#include "../common/observe.h"
 
 static const char *PROG = "loom-gpt";
 
@@ -49,6 +52,7 @@ typedef struct opts {
   int64_t sample, top_k, threads;
   double lr, min_lr, dropout, weight_decay, grad_clip, temperature;
   int quiet, resume;
+  observe_opts obs;  /* --logdir, --profile, --log-every, ... */
 } opts;
 
 static int fail(const char *what) {
@@ -74,13 +78,18 @@ static void usage(FILE *f) {
              "       [--seed N] [--threads N] [--eval-every N] [--eval-batches N] [--csv FILE] [--quiet]\n"
              "       [--save FILE [--save-every N] [--max-steps N]] [--resume]\n"
              "       [--sample N [--temperature T] [--top-k K] [--prompt TEXT]]\n", PROG);
+  observe_usage(f);
 }
 
 static int parse(int argc, char **argv, opts *o) {
   *o = (opts){.layers = 6, .heads = 6, .embd = 384, .block = 256, .steps = 5000, .batch = 64, .warmup = -1,
               .eval_every = 250, .eval_batches = 20, .seed = 1337, .lr = 1e-3, .min_lr = -1, .dropout = 0.2,
               .weight_decay = 0.1, .grad_clip = 1.0, .max_steps = -1, .temperature = 1.0, .prompt = "\n"};
+  observe_opts_default(&o->obs);
   for (int i = 1; i < argc; i++) {
+    int ob = observe_parse(&o->obs, argc, argv, &i, PROG);
+    if (ob < 0) return 0;
+    if (ob) continue;
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
     if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
@@ -381,11 +390,14 @@ int main(int argc, char **argv) {
     if (!start) fprintf(csv, "step,train_loss,val_loss,lr,tokens_per_sec\n");
   }
 
+  observe *obs = observe_open(&o.obs, loom_cpu(), NULL, PROG);
+  if (!obs) return 1;
   int64_t end = o.max_steps >= 0 && o.max_steps < o.steps ? o.max_steps : o.steps;
   if (end < start) end = start;
   double train_s = 0, loss_v = NAN;
   int tty = isatty(1);
   for (int64_t step = start; step < end; step++) {
+    if (observe_step_begin(obs, step)) return 1;
     double t0 = cli_now_s();
     loom_scope_begin();
     loom_tensor *x, *y;
@@ -398,6 +410,10 @@ int main(int argc, char **argv) {
       return fail("training step");
     loom_scope_end();
     train_s += cli_now_s() - t0;
+    /* No accuracy for a language model: logged as 0. */
+    observe_step os = {.global_step = step, .samples = o.batch, .logged = true, .loss = loss_v,
+                       .lr = loom_optimizer_get_lr(opt), .loss_scale = 1.0};
+    if (observe_step_end(obs, &os)) return 1;
     double tps = (double)((step + 1 - start) * o.batch * o.block) / train_s;
     /* The shared progress line counts samples: sequences of --block tokens. */
     cli_progress((cli_progress_style){50, 8, 1}, tty, o.quiet, 1, 1, step + 1, o.steps, loss_v, tps / (double)o.block);
@@ -422,6 +438,8 @@ int main(int argc, char **argv) {
     fprintf(csv, "%lld,%.6f,%.6f,%.6g,%.0f\n", (long long)end, loss_v, val, loom_optimizer_get_lr(opt), tps);
     fclose(csv);
   }
+  observe_epoch oe = {end, loss_v, 0.0, tps / (double)o.block, 0.0, loom_optimizer_get_lr(opt), 1.0};
+  if (observe_epoch_end(obs, &oe) || observe_close(obs)) return 1;
   if (o.sample > 0 && !sample(m, &c, &o)) return 1;
   printf("result val_loss=%.4f tokens_per_sec=%.0f\n", val, tps);
   loom_optimizer_free(opt);
