@@ -44,10 +44,14 @@
  * loom_module_child(loom_module_child(gpt, 0), 3)) recomputes blocks in
  * backward; gradients are unchanged (dropout masks included).
  *
- * Not yet: mixed precision (under a mixed policy the Linear layers' 16-bit
- * outputs meet f32 embeddings and the forward fails with a dtype error), and
- * CUDA (the attention, embedding and LayerNorm ops are CPU kernels so far:
- * a model on a GPU is built, its forward fails with LOOM_ERR_UNSUPPORTED).
+ * Mixed precision (loom_module_set_precision, amp.h): the Linear layers run
+ * on f16/bf16 copies and the residual stream is cast to the compute dtype
+ * after the embeddings; the embeddings, LayerNorm parameters (statistics in
+ * f32), the tied head and the loss stay f32, so logits are f32.
+ *
+ * Not yet: CUDA (the attention, embedding and LayerNorm ops are CPU kernels
+ * so far: a model on a GPU is built, its forward fails with
+ * LOOM_ERR_UNSUPPORTED).
  *
  * Threads: a model is used by one thread at a time. */
 #ifndef LOOM_GPT_H

@@ -51,8 +51,13 @@ static loom_tensor *transformer_forward(loom_module *m, loom_tensor *idx) {
   loom_tensor *x = loom_add(loom_module_forward(loom_module_find_child(m, "wte"), idx),
                             loom_module_forward(loom_module_find_child(m, "wpe"), pos));
   x = loom_dropout(x, c->dropout, m->training);
+  /* Under a mixed precision policy the residual stream is in the compute
+   * dtype from here on (the embeddings, LayerNorm parameters and the head stay f32). */
+  loom_precision p = loom_module_get_precision(m);
+  if (x && p != LOOM_PRECISION_FP32) x = loom_cast(x, loom_precision_compute_dtype(p));
   x = loom_module_forward(loom_module_find_child(m, "h"), x);
-  return loom_module_forward(loom_module_find_child(m, "ln_f"), x);
+  x = loom_module_forward(loom_module_find_child(m, "ln_f"), x);
+  return x && loom_tensor_dtype(x) != LOOM_F32 ? loom_cast(x, LOOM_F32) : x;
 }
 
 static loom_module *transformer(const loom_module *gpt) { return loom_module_find_child(gpt, "transformer"); }

@@ -141,12 +141,21 @@ static loom_tensor *mlp_forward(loom_module *m, loom_tensor *x) {
 
 /* ---- Block ---------------------------------------------------------------------- */
 
+/* t in dtype dt (t itself when it is already). */
+static loom_tensor *as_dtype(loom_tensor *t, loom_dtype dt) {
+  return t && loom_tensor_dtype(t) != dt ? loom_cast(t, dt) : t;
+}
+
 /* x + attn(ln_1(x)), then + mlp(ln_2(x)), in a scope of its own so that
- * only the result outlives it (the graph keeps what backward needs). */
+ * only the result outlives it (the graph keeps what backward needs). The
+ * residual stream keeps x's dtype: under a mixed precision policy kept f32
+ * for the last Linear (keep_last_fp32), that branch is cast back. */
 static loom_tensor *block_forward(loom_module *m, loom_tensor *x) {
+  if (!x) return NULL;
+  loom_dtype dt = loom_tensor_dtype(x);
   loom_scope_begin();
-  x = loom_add(x, child(m, "attn", child(m, "ln_1", x)));
-  x = loom_add(x, child(m, "mlp", child(m, "ln_2", x)));
+  x = loom_add(x, as_dtype(child(m, "attn", child(m, "ln_1", x)), dt));
+  x = loom_add(x, as_dtype(child(m, "mlp", child(m, "ln_2", x)), dt));
   if (x) loom_keep(x);
   loom_scope_end();
   return x;
