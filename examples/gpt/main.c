@@ -31,7 +31,10 @@
  * --logdir DIR and --profile FILE as in the other trainers
  * (examples/common/observe.h; no accuracy: logged as 0).
  *
- * Not yet (issue 28 part 3): the default Shakespeare corpus, --precision, data parallelism, CUDA (the attention, embedding
+ * --precision fp16|bf16: mixed precision (gpt.h), with dynamic loss
+ * scaling for fp16.
+ *
+ * Not yet (issue 28 part 3): the default Shakespeare corpus, data parallelism, CUDA (the attention, embedding
  * and LayerNorm ops are CPU-only so far). */
 #include <errno.h>
 #include <math.h>
@@ -52,6 +55,7 @@ typedef struct opts {
   int64_t sample, top_k, threads;
   double lr, min_lr, dropout, weight_decay, grad_clip, temperature;
   int quiet, resume;
+  loom_precision precision;  /* --precision fp32|fp16|bf16 */
   observe_opts obs;  /* --logdir, --profile, --log-every, ... */
 } opts;
 
@@ -75,7 +79,7 @@ static int parse_f64(const char *flag, const char *s, double lo, double *out) {
 static void usage(FILE *f) {
   fprintf(f, "usage: %s --data FILE [--layers N] [--heads N] [--embd N] [--block N] [--steps N] [--batch N]\n"
              "       [--lr X] [--min-lr X] [--warmup N] [--dropout P] [--weight-decay X] [--grad-clip X]\n"
-             "       [--seed N] [--threads N] [--eval-every N] [--eval-batches N] [--csv FILE] [--quiet]\n"
+             "       [--precision fp32|fp16|bf16] [--seed N] [--threads N] [--eval-every N] [--eval-batches N] [--csv FILE] [--quiet]\n"
              "       [--save FILE [--save-every N] [--max-steps N]] [--resume]\n"
              "       [--sample N [--temperature T] [--top-k K] [--prompt TEXT]]\n", PROG);
   observe_usage(f);
@@ -108,7 +112,13 @@ static int parse(int argc, char **argv, opts *o) {
     else if (!strcmp(a, "--eval-every")) ok = cli_parse_i64(PROG, a, v, 0, &o->eval_every);
     else if (!strcmp(a, "--eval-batches")) ok = cli_parse_i64(PROG, a, v, 1, &o->eval_batches);
     else if (!strcmp(a, "--seed")) ok = cli_parse_i64(PROG, a, v, 0, &o->seed);
-    else if (!strcmp(a, "--save")) o->save = v;
+    else if (!strcmp(a, "--precision")) {
+      if (strcmp(v, "fp32") && strcmp(v, "fp16") && strcmp(v, "bf16")) {
+        fprintf(stderr, "%s: --precision is fp32, fp16 or bf16, got '%s'\n", PROG, v);
+        return 0;
+      }
+      loom_precision_parse(v, &o->precision);
+    } else if (!strcmp(a, "--save")) o->save = v;
     else if (!strcmp(a, "--csv")) o->csv = v;
     else if (!strcmp(a, "--prompt")) o->prompt = v;
     else if (!strcmp(a, "--save-every")) ok = cli_parse_i64(PROG, a, v, 0, &o->save_every);
@@ -354,6 +364,14 @@ int main(int argc, char **argv) {
   cfg.n_embd = o.embd, cfg.dropout = o.dropout;
   loom_module *m = loom_gpt_new(&cfg, loom_cpu());
   if (!m) return fail("model");
+  if (o.precision != LOOM_PRECISION_FP32 && loom_module_set_precision(m, o.precision, false) != LOOM_OK)
+    return fail("--precision");
+  /* Loss scaling for f16 (bf16 has f32's range: the scaler only moves the gradients to the masters). */
+  loom_scaler_options sco;
+  loom_scaler_options_init(&sco);
+  sco.enabled = o.precision == LOOM_PRECISION_MIXED_FP16;
+  loom_grad_scaler *scaler = loom_scaler_new(&sco);
+  if (!scaler) return fail("loss scaler");
   int np = loom_module_num_params(m), nd, nn;
   loom_tensor **dec = calloc((size_t)np, sizeof *dec), **nodec = calloc((size_t)np, sizeof *nodec),
               **all = calloc((size_t)np, sizeof *all);
@@ -368,7 +386,7 @@ int main(int argc, char **argv) {
   go.weight_decay = 0.0;
   if (!opt || loom_optimizer_add_param_group(opt, nodec, nn, &go) != LOOM_OK) return fail("optimizer");
   loom_lr_schedule sched = loom_lr_cosine(o.lr, o.warmup, o.steps, o.min_lr);
-  loom_train_state st = {.struct_size = sizeof st, .model = m, .optimizer = opt};
+  loom_train_state st = {.struct_size = sizeof st, .model = m, .optimizer = opt, .scaler = scaler};
   int64_t start = 0;
   if (o.resume && access(o.save, F_OK) == 0) {
     /* The model, AdamW's moments and counts, loom's RNG (dropout) and the step. */
@@ -404,15 +422,18 @@ int main(int argc, char **argv) {
     uint64_t rng = rng_for(o.seed, step);
     batch(&c, 0, c.n_train, o.batch, o.block, &rng, &x, &y);
     loom_tensor *loss = loom_gpt_forward(m, x, y);
-    if (!loss || loom_optimizer_zero_grad(opt) != LOOM_OK || loom_backward(loss) != LOOM_OK ||
-        (o.grad_clip > 0 && loom_clip_grad_norm(all, np, o.grad_clip, NULL) != LOOM_OK) ||
-        loom_optimizer_step(opt) != LOOM_OK || loom_item(loss, &loss_v) != LOOM_OK)
+    bool found_inf = false;
+    /* Unscaled f32 master gradients first, so that clipping sees the true norm. */
+    if (!loss || loom_optimizer_zero_grad(opt) != LOOM_OK || loom_backward(loom_scaler_scale(scaler, loss)) != LOOM_OK ||
+        loom_scaler_unscale(scaler, opt, &found_inf) != LOOM_OK ||
+        (o.grad_clip > 0 && !found_inf && loom_clip_grad_norm(all, np, o.grad_clip, NULL) != LOOM_OK) ||
+        loom_scaler_step(scaler, opt, NULL) != LOOM_OK || loom_item(loss, &loss_v) != LOOM_OK)
       return fail("training step");
     loom_scope_end();
     train_s += cli_now_s() - t0;
     /* No accuracy for a language model: logged as 0. */
     observe_step os = {.global_step = step, .samples = o.batch, .logged = true, .loss = loss_v,
-                       .lr = loom_optimizer_get_lr(opt), .loss_scale = 1.0};
+                       .lr = loom_optimizer_get_lr(opt), .loss_scale = loom_scaler_get_scale(scaler)};
     if (observe_step_end(obs, &os)) return 1;
     double tps = (double)((step + 1 - start) * o.batch * o.block) / train_s;
     /* The shared progress line counts samples: sequences of --block tokens. */
@@ -443,6 +464,7 @@ int main(int argc, char **argv) {
   if (o.sample > 0 && !sample(m, &c, &o)) return 1;
   printf("result val_loss=%.4f tokens_per_sec=%.0f\n", val, tps);
   loom_optimizer_free(opt);
+  loom_scaler_free(scaler);
   loom_module_free(m);
   free(dec), free(nodec), free(all), free(c.ids);
   return loom_shutdown() == LOOM_OK ? 0 : fail("shutdown");

@@ -107,6 +107,8 @@ loom_tensor *loom_gpt_attention_unfused(loom_tensor *q, loom_tensor *k, loom_ten
   loom_tensor *bias = loom_from_host(mask, 2, ms, LOOM_F32, loom_tensor_device(q));
   loom_sys_free(mask);
   loom_tensor *att = loom_mul_scalar(loom_matmul_ex(q, k, false, true), 1.0 / sqrt((double)D));
+  /* In the scores' dtype (f16/bf16 under mixed precision; -inf is exact there too). */
+  if (att && bias && loom_tensor_dtype(att) != LOOM_F32) bias = loom_cast(bias, loom_tensor_dtype(att));
   att = loom_dropout(loom_softmax(loom_add(att, bias), -1), p, training);
   return loom_matmul(att, v);
 }
