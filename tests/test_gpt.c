@@ -374,7 +374,7 @@ CPU_TEST(gpt, checkpointed_blocks_give_the_same_gradients) {
   }
   cr_assert_eq(loss[1], loss[0], "checkpointed loss %.9g, plain %.9g", loss[1], loss[0]);
   for (int i = 0; i < np; i++) {
-    char what[32];
+    char what[48];
     snprintf(what, sizeof what, "gradient of parameter %d", i);
     tk_assert_close(g[1][i], g[0][i], numel[i], 1e-7, 1e-6, what);
     free(g[0][i]), free(g[1][i]);
