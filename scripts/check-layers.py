@@ -34,7 +34,7 @@ PUBLIC = {
     "export.h": "core", "status.h": "core", "free.h": "core", "shutdown.h": "core", "dtype.h": "core", "log.h": "core", "rng.h": "core",
     "device.h": "device", "prof.h": "prof", "alloc.h": "alloc", "graph.h": "graph",
     "tensor.h": "tensor", "ops.h": "ops", "autograd.h": "autograd", "amp.h": "amp",
-    "nn.h": "nn", "optim.h": "optim", "batch.h": "optim", "data.h": "data",
+    "nn.h": "nn", "gpt.h": "nn", "optim.h": "optim", "batch.h": "optim", "data.h": "data",
     "dist.h": "dist", "io.h": "io", "metrics.h": "io",
 }
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')

@@ -127,6 +127,8 @@ FILL(conv2d, loom_conv2d_options, loom_conv2d_options_init(o))
 FILL(batch_norm, loom_batch_norm_options, loom_batch_norm_options_init(o))
 FILL(pool2d, loom_pool2d_options, loom_pool2d_options_init(o, 2, 2))
 FILL(resnet, loom_resnet_options, loom_resnet_options_init(o, LOOM_RESNET20))
+FILL(gpt, loom_gpt_config, loom_gpt_config_init(o); o->vocab_size = 5; o->block_size = 4; o->n_layer = 1; o->n_head = 2;
+     o->n_embd = 4)
 FILL(scaler, loom_scaler_options, loom_scaler_options_init(o))
 FILL(comm, loom_comm_options, loom_comm_options_init(o); o->init = "single"; o->set_threads = false)
 FILL(dist_run, loom_dist_run_options, loom_dist_run_options_init(o); o->comm.set_threads = false)
@@ -256,6 +258,7 @@ MODULE_CALL(batch_norm2d_new, loom_batch_norm2d_new(2, o, true, loom_cpu()))
 MODULE_CALL(max_pool2d_new, loom_max_pool2d_new(o))
 MODULE_CALL(avg_pool2d_new, loom_avg_pool2d_new(o))
 MODULE_CALL(resnet_new, loom_resnet_new(LOOM_RESNET20, o, loom_cpu()))
+MODULE_CALL(gpt_new, loom_gpt_new(o, loom_cpu()))
 static loom_status call_scaler_new(const void *o) {
   loom_grad_scaler *s = loom_scaler_new(o);
   loom_scaler_free(s);
@@ -348,6 +351,8 @@ static const in_case IN_CASES[] = {
   IN(max_pool2d_new, pool2d, loom_pool2d_options, false, "kernel"),
   IN(avg_pool2d_new, pool2d, loom_pool2d_options, false, "kernel"),
   IN(resnet_new, resnet, loom_resnet_options, true, NULL),
+  /* vocab_size has no default (the tokenizer's); the rest is GPT-2 124M's shape. */
+  IN(gpt_new, gpt, loom_gpt_config, false, "vocab_size"),
   IN(scaler_new, scaler, loom_scaler_options, true, NULL),
   IN(scaler_state_restore, scaler_state, loom_scaler_state, false, NULL),
   IN(comm_init, comm, loom_comm_options, true, NULL),

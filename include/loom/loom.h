@@ -19,6 +19,7 @@
 #include "ops.h"
 #include "autograd.h"
 #include "nn.h"
+#include "gpt.h"
 #include "optim.h"
 #include "data.h"
 #include "amp.h"

@@ -22,6 +22,7 @@ enum {
   LOOM_MOD_BOTTLENECK = 12,
   LOOM_MOD_RESNET = 13,
   LOOM_MOD_CUSTOM = 14,  /* forward supplied by the caller (lib/nn/custom.c) */
+  LOOM_MOD_GPT = 15,     /* GPT-2 and its parts (lib/nn/gpt*.c; which part: gpt_internal.h) */
 };
 
 #define LOOM_MODULE_NAME_MAX 32  /* a parameter's, buffer's or child's own (local) name */
