@@ -12,16 +12,6 @@
 
 #define CPU loom_cpu()
 
-#define CPU_TEST(suite, name)               \
-  static void suite##_##name##_body(void); \
-  Test(suite, name) {                       \
-    loom_scope_begin();                     \
-    suite##_##name##_body();                \
-    loom_scope_end();                       \
-    tk_teardown();                          \
-  }                                         \
-  static void suite##_##name##_body(void)
-
 static loom_gpt_config tiny(void) {
   loom_gpt_config c;
   loom_gpt_config_init(&c);

@@ -15,18 +15,6 @@
 
 #define CPU loom_cpu()
 
-/* A CPU test inside a scope, checked for leaks afterwards (DEVICE_TEST's
- * CPU half). */
-#define CPU_TEST(suite, name)                 \
-  static void suite##_##name##_body(void);   \
-  Test(suite, name) {                         \
-    loom_scope_begin();                       \
-    suite##_##name##_body();                  \
-    loom_scope_end();                         \
-    tk_teardown();                            \
-  }                                           \
-  static void suite##_##name##_body(void)
-
 /* n values fn(i), as the reference script makes them (rounded to f32 by
  * tk_tensor when the tensor is f32). */
 static double *vals(int64_t n, double (*fn)(int64_t)) {

@@ -62,6 +62,17 @@ void tk_tmpdir_remove(const char *dir);
   }                                                                           \
   static void suite##_##name##_body(loom_device dev)
 
+/* A CPU-only test inside a scope, torn down (and leak-checked) afterwards:
+ * DEVICE_TEST's CPU half, for ops or models with no CUDA path yet. */
+#define CPU_TEST(suite, name, ...)                                   \
+  static void suite##_##name##_body(void);                           \
+  Test(suite, name, .fini = tk_teardown, ##__VA_ARGS__) {            \
+    loom_scope_begin();                                              \
+    suite##_##name##_body();                                         \
+    loom_scope_end();                                                \
+  }                                                                  \
+  static void suite##_##name##_body(void)
+
 /* ---- random data and tensors -------------------------------------------- */
 /* Deterministic host RNG for test data (independent of loom's generator). */
 void tk_seed(uint64_t s);

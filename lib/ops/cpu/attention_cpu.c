@@ -55,20 +55,14 @@ static const float *rows_f32(const attn_shape *s, const loom_tensor *t, int64_t 
   return loom_cpu_span_f32(loom_tensor_ptr(t), t->dtype, (h * s->T + r0) * s->D, n * s->D, buf);
 }
 
-/* dst[d * BC + j] = src[j * D + d]: the tile transposed, so that products
- * with it run over contiguous j (vectorized without reassociating sums). */
-static void transpose_tile(const float *src, int64_t n, int64_t D, float *dst) {
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t d = 0; d < D; d++) dst[d * BC + j] = src[j * D + d];
-}
-
-/* out[i * BC + j] = alpha * sum_d a[i * D + d] * bt[d * BC + j] for i < m,
- * j < n: a GEMM of one tile, run by loom's packed kernels (single-threaded:
- * the tiles are below the GEMM's threading threshold, and each thread owns
- * its tiles). The rank-1 loop it replaced spent 44% of a step on loads and
+/* out[i * BC + j] = alpha * sum_d a[i * D + d] * b[j * D + d] for i < m,
+ * j < n (a · bᵀ of two row tiles): a GEMM of one tile, run by loom's packed
+ * kernels, which read b transposed while packing (single-threaded: the
+ * tiles are below the GEMM's threading threshold, and each thread owns its
+ * tiles). The rank-1 loop it replaced spent 44% of a step on loads and
  * stores of the output row. */
-static void tile_dot(const float *a, int64_t m, const float *bt, int64_t n, int64_t D, float alpha, float *out) {
-  loom_cpu_sgemm(false, false, m, n, D, alpha, a, D, bt, BC, 0.0f, out, BC);
+static void tile_dot(const float *a, int64_t m, const float *b, int64_t n, int64_t D, float alpha, float *out) {
+  loom_cpu_sgemm(false, true, m, n, D, alpha, a, D, b, D, 0.0f, out, BC);
 }
 
 /* Number of key columns of tile k0 that row i sees (all n, or up to i). */
@@ -89,7 +83,7 @@ loom_status loom_cpu_attention(loom_op_args *a) {
   int64_t D = s.D, nqt = (s.T + BR - 1) / BR, tasks = s.bh * nqt;
   float *plse = loom_tensor_ptr(lse);
   char *po = loom_tensor_ptr(o);
-  size_t per = (size_t)(BR * D + 2 * BC * D + D * BC + BR * BC + BR * D + 2 * BR);
+  size_t per = (size_t)(BR * D + 2 * BC * D + BR * BC + BR * D + 2 * BR);
   loom_status st = LOOM_OK;
   int nt = s.bh * s.T * s.T * D >= LOOM_CPU_PAR_MIN ? omp_get_max_threads() : 1;
 #pragma omp parallel num_threads(nt)
@@ -99,7 +93,7 @@ loom_status loom_cpu_attention(loom_op_args *a) {
 #pragma omp atomic write
       st = LOOM_ERR_OOM;
     } else if (buf) {
-      float *qb = buf, *kb = qb + BR * D, *vb = kb + BC * D, *kt = vb + BC * D, *sc = kt + D * BC;
+      float *qb = buf, *kb = qb + BR * D, *vb = kb + BC * D, *sc = vb + BC * D;
       float *acc = sc + BR * BC, *m = acc + BR * D, *l = m + BR;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; t++) {
@@ -111,8 +105,7 @@ loom_status loom_cpu_attention(loom_op_args *a) {
         for (int64_t k0 = 0; k0 < kend; k0 += BC) {
           int64_t nk = kend - k0 < BC ? kend - k0 : BC;
           const float *K = rows_f32(&s, k, h, k0, nk, kb), *V = rows_f32(&s, v, h, k0, nk, vb);
-          transpose_tile(K, nk, D, kt);
-          tile_dot(Q, mq, kt, nk, D, s.scale, sc);
+          tile_dot(Q, mq, K, nk, D, s.scale, sc);
           /* Each row's online-softmax update, then acc += P · V for the
            * whole tile (P is 0 where a row sees no key). */
           for (int64_t i = 0; i < mq; i++) {
@@ -149,12 +142,12 @@ loom_status loom_cpu_attention(loom_op_args *a) {
 /* ---- backward -------------------------------------------------------------------------- */
 
 /* For query tile rows [q0, q0 + mq) against key tile [k0, k0 + nk): P (into
- * p) and dS = P (dP - Dstat) (into ds), dP = dO · Vᵀ. kt, vt: the key and
- * value tiles transposed; st: (lse, Dstat) per query row of this head. */
-static void tile_grads(const attn_shape *s, const float *Q, const float *dO, const float *kt, const float *vt,
+ * p) and dS = P (dP - Dstat) (into ds), dP = dO · Vᵀ. K, V: the key and
+ * value tiles; st: (lse, Dstat) per query row of this head. */
+static void tile_grads(const attn_shape *s, const float *Q, const float *dO, const float *K, const float *V,
                        const float *st, int64_t q0, int64_t mq, int64_t k0, int64_t nk, float *p, float *ds) {
-  tile_dot(Q, mq, kt, nk, s->D, s->scale, p);
-  tile_dot(dO, mq, vt, nk, s->D, 1.0f, ds);
+  tile_dot(Q, mq, K, nk, s->D, s->scale, p);
+  tile_dot(dO, mq, V, nk, s->D, 1.0f, ds);
   for (int64_t i = 0; i < mq; i++) {
     int64_t nv = visible(s, q0 + i, k0, nk);
     float lse = st[2 * (q0 + i)], dst = st[2 * (q0 + i) + 1];
@@ -172,8 +165,8 @@ loom_status loom_cpu_attention_backward(loom_op_args *a) {
   attn_shape s = shape_of(a, q);
   int64_t D = s.D, nqt = (s.T + BR - 1) / BR, nkt = (s.T + BC - 1) / BC;
   const float *pst = loom_tensor_ptr(stats);
-  /* per thread: q, dO, k, v tiles, kᵀ, vᵀ, P, dS, two accumulators */
-  size_t per = (size_t)(BR * D * 2 + BC * D * 2 + D * BC * 2 + BR * BC * 2 + 2 * (BR > BC ? BR : BC) * D);
+  /* per thread: q, dO, k, v tiles, P, dS, two accumulators */
+  size_t per = (size_t)(BR * D * 2 + BC * D * 2 + BR * BC * 2 + 2 * (BR > BC ? BR : BC) * D);
   loom_status st = LOOM_OK;
   int nt = s.bh * s.T * s.T * D >= LOOM_CPU_PAR_MIN ? omp_get_max_threads() : 1;
 #pragma omp parallel num_threads(nt)
@@ -184,8 +177,8 @@ loom_status loom_cpu_attention_backward(loom_op_args *a) {
 #pragma omp atomic write
       st = LOOM_ERR_OOM;
     } else if (buf) {
-      float *qb = buf, *gb = qb + BR * D, *kb = gb + BR * D, *vb = kb + BC * D, *kt = vb + BC * D;
-      float *vt = kt + D * BC, *p = vt + D * BC, *ds = p + BR * BC, *acc0 = ds + BR * BC;
+      float *qb = buf, *gb = qb + BR * D, *kb = gb + BR * D, *vb = kb + BC * D;
+      float *p = vb + BC * D, *ds = p + BR * BC, *acc0 = ds + BR * BC;
       float *acc1 = acc0 + (BR > BC ? BR : BC) * D;
       /* dk, dv: one task per key tile, over the query tiles that see it. */
       if (a->out[1] || a->out[2]) {
@@ -193,15 +186,13 @@ loom_status loom_cpu_attention_backward(loom_op_args *a) {
         for (int64_t t = 0; t < s.bh * nkt; t++) {
           int64_t h = t / nkt, k0 = (t % nkt) * BC, nk = s.T - k0 < BC ? s.T - k0 : BC;
           const float *K = rows_f32(&s, k, h, k0, nk, kb), *V = rows_f32(&s, v, h, k0, nk, vb);
-          transpose_tile(K, nk, D, kt);
-          transpose_tile(V, nk, D, vt);
           float *dk = acc0, *dv = acc1;
           memset(dk, 0, (size_t)(nk * D) * sizeof(float));
           memset(dv, 0, (size_t)(nk * D) * sizeof(float));
           for (int64_t q0 = s.causal ? k0 / BR * BR : 0; q0 < s.T; q0 += BR) {
             int64_t mq = s.T - q0 < BR ? s.T - q0 : BR;
             const float *Q = rows_f32(&s, q, h, q0, mq, qb), *dO = rows_f32(&s, gy, h, q0, mq, gb);
-            tile_grads(&s, Q, dO, kt, vt, pst + 2 * h * s.T, q0, mq, k0, nk, p, ds);
+            tile_grads(&s, Q, dO, K, V, pst + 2 * h * s.T, q0, mq, k0, nk, p, ds);
             /* dv += Pᵀ · dO, dk += scale · dSᵀ · Q (P and dS are 0 where unseen). */
             loom_cpu_sgemm(true, false, nk, D, mq, 1.0f, p, BC, dO, D, 1.0f, dv, D);
             loom_cpu_sgemm(true, false, nk, D, mq, s.scale, ds, BC, Q, D, 1.0f, dk, D);
@@ -223,9 +214,7 @@ loom_status loom_cpu_attention_backward(loom_op_args *a) {
           for (int64_t k0 = 0; k0 < kend; k0 += BC) {
             int64_t nk = kend - k0 < BC ? kend - k0 : BC;
             const float *K = rows_f32(&s, k, h, k0, nk, kb), *V = rows_f32(&s, v, h, k0, nk, vb);
-            transpose_tile(K, nk, D, kt);
-            transpose_tile(V, nk, D, vt);
-            tile_grads(&s, Q, dO, kt, vt, pst + 2 * h * s.T, q0, mq, k0, nk, p, ds);
+            tile_grads(&s, Q, dO, K, V, pst + 2 * h * s.T, q0, mq, k0, nk, p, ds);
             /* dq += scale · dS · K */
             loom_cpu_sgemm(false, false, mq, D, nk, s.scale, ds, BC, K, D, 1.0f, dq, D);
           }
