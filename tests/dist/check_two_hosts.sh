@@ -60,6 +60,20 @@ for ns in $nsA $nsB; do
   ip netns exec "$ns" sh -c 'echo 4 > /proc/sys/net/ipv4/tcp_retries2' || fail "tcp_retries2 in $ns"
 done
 ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up || fail "link up"
+# `link set up` returns before the veth pair has carrier and its subnet
+# route is back: wait for both (a relaunch right after the cut link came
+# back up once failed to connect, "unable to complete a TCP connection").
+link_ready() {
+  for _ in $(seq 50); do
+    if ip -n "$nsA" -o link show dev "$vA" | grep -q 'state UP' && ip -n "$nsB" -o link show dev "$vB" | grep -q 'state UP' &&
+       ip -n "$nsA" route show | grep -q "dev $vA" && ip -n "$nsB" route show | grep -q "dev $vB"; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  fail "the veth pair did not come up within 5 s"
+}
+link_ready
 
 # The rsh agent: `agent HOST COMMAND...` runs COMMAND in HOST's namespace
 # through a shell, as ssh would.
@@ -165,6 +179,7 @@ done
 
 # 3. Link up; relaunch with --resume from the last checkpoint.
 ip -n "$nsA" link set "$vA" up || fail "link up again"
+link_ready
 t0=$(now)
 two_hosts 300 "$tmp/out_resume" $train --save "$tmp/cut" --save-every 10 --resume > "$tmp/resume.log" 2>&1
 rc=$?
