@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # run_mlp_bf16.sh — the MNIST MLP training step (784→1024→1024→10, AdamW,
-# batch 128) on the CPU five ways, side by side in one run: loom fp32, loom
-# --precision bf16, loom --precision fp16, PyTorch fp32 and PyTorch under
-# torch.autocast("cpu", dtype=torch.bfloat16). The sides alternate within each
+# batch 128) on the CPU six ways, side by side in one run: loom fp32, loom
+# --precision bf16, loom --precision bf16 with LOOM_CPU_ISA=avx512 (the
+# widening path, what a CPU without AVX512_BF16 runs), loom --precision fp16,
+# PyTorch fp32 and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16). The sides alternate within each
 # round (ABAB...: the machine may be shared, so every side sees the same load)
 # and the summary gives medians over the rounds: steps/s, samples/s, and the
 # median of the per-round ratios loom bf16 / loom fp32, loom fp16 / loom fp32,
 # loom bf16 / torch autocast bf16 and loom fp32 / torch fp32.
 #
-#   bench/mlp/run_mlp_bf16.sh [--build DIR] [--base DIR] [--rounds N] [--steps N] [--threads T]
+#   bench/mlp/run_mlp_bf16.sh [--build DIR] [--base DIR] [--no-torch] [--rounds N] [--steps N] [--threads T]
 #
 # --threads sets OMP_NUM_THREADS for both sides (default: every core).
 # --base DIR: also run another build's bench_mlp_step (fp32, bf16, fp16: sides
-# base_fp32, base_bf16, base_fp16) in the same rounds — the code before a
-# change, measured under the same load; the summary adds new / base ratios.
+# base_fp32, base_bf16, base_bf16_widening, base_fp16) in the same rounds —
+# the code before a change, measured under the same load; the summary adds
+# new / base ratios. --no-torch: leave the PyTorch sides out.
 # Each side also reports its CPU time per step (all threads, user + system):
 # at --threads 1 on an oversubscribed machine the wall clock mostly measures
 # the wait for the core, the CPU time what the step costs; the summary gives
@@ -21,15 +23,16 @@
 # The anchor is the first python3 that imports torch (as run_mlp_vs_pytorch.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUILD="$ROOT/build" BASE="" ROUNDS=5 STEPS=100 BATCH=128 THREADS=""
+BUILD="$ROOT/build" BASE="" TORCH=1 ROUNDS=5 STEPS=100 BATCH=128 THREADS=""
 while (($#)); do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
     --base) BASE="$2"; shift 2 ;;
+    --no-torch) TORCH=0; shift ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--base DIR] [--rounds N] [--steps N] [--threads T]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--base DIR] [--no-torch] [--rounds N] [--steps N] [--threads T]" >&2; exit 2 ;;
   esac
 done
 pick_python() {
@@ -38,24 +41,33 @@ pick_python() {
   done
   return 1
 }
-if ! PY=$(pick_python); then
+if ((!TORCH)); then
+  PY=none
+elif ! PY=$(pick_python); then
   "$ROOT/scripts/setup.sh" python3-torch
   PY=/usr/bin/python3
 fi
 [ -n "$THREADS" ] && export OMP_NUM_THREADS="$THREADS"
 [ -x "$BUILD/bench/bench_mlp_step" ] || cmake --build "$BUILD" --target bench_mlp_step -j"$(nproc)"
-echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')), threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
+if ((TORCH)); then
+  echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')), threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
+else
+  echo "# no PyTorch sides; threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
+fi
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); bf16 flags: $(grep -o 'avx512_bf16\|amx_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
-sides=(loom_fp32 loom_bf16 loom_fp16 torch_fp32 torch_bf16)
-[ -n "$BASE" ] && sides+=(base_fp32 base_bf16 base_fp16)
+sides=(loom_fp32 loom_bf16 loom_bf16_widening loom_fp16)
+((TORCH)) && sides+=(torch_fp32 torch_bf16)
+[ -n "$BASE" ] && sides+=(base_fp32 base_bf16 base_bf16_widening base_fp16)
 declare -A vals cpu
 for ((r = 1; r <= ROUNDS; r++)); do
   for s in "${sides[@]}"; do
     case $s in
       loom_fp32) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
       loom_bf16|loom_fp16) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#loom_}" | grep '^bench=') ;;
+      loom_bf16_widening) line=$(LOOM_CPU_ISA=avx512 "$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
+      base_bf16_widening) line=$(LOOM_CPU_ISA=avx512 "$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
       base_*) line=$("$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#base_}" | grep '^bench=') ;;
       torch_fp32) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
       torch_bf16) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
@@ -76,16 +88,16 @@ for s in "${sides[@]}"; do
   m=$(echo ${vals[$s]} | median)
   out="$out ${s}_samples_per_s=$(awk -v m="$m" -v b="$BATCH" 'BEGIN{printf "%.0f", m*b}')"
 done
-out="$out bf16_vs_fp32=$(ratios loom_bf16 loom_fp32) fp16_vs_fp32=$(ratios loom_fp16 loom_fp32)"
-out="$out bf16_vs_torch_bf16=$(ratios loom_bf16 torch_bf16) fp32_vs_torch_fp32=$(ratios loom_fp32 torch_fp32)"
-[ -n "$BASE" ] && out="$out fp32_vs_base=$(ratios loom_fp32 base_fp32) bf16_vs_base=$(ratios loom_bf16 base_bf16) fp16_vs_base=$(ratios loom_fp16 base_fp16) base_fp16_vs_base_fp32=$(ratios base_fp16 base_fp32)"
+out="$out bf16_vs_fp32=$(ratios loom_bf16 loom_fp32) fp16_vs_fp32=$(ratios loom_fp16 loom_fp32) bf16_widening_vs_fp32=$(ratios loom_bf16_widening loom_fp32)"
+((TORCH)) && out="$out bf16_vs_torch_bf16=$(ratios loom_bf16 torch_bf16) fp32_vs_torch_fp32=$(ratios loom_fp32 torch_fp32)"
+[ -n "$BASE" ] && out="$out fp32_vs_base=$(ratios loom_fp32 base_fp32) bf16_vs_base=$(ratios loom_bf16 base_bf16) fp16_vs_base=$(ratios loom_fp16 base_fp16) base_fp16_vs_base_fp32=$(ratios base_fp16 base_fp32) base_bf16_widening_vs_base_fp32=$(ratios base_bf16_widening base_fp32)"
 echo "$out"
 out="bench=mlp_bf16_cpu_time batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
 for s in "${sides[@]}"; do
   m=$(echo ${cpu[$s]:-0} | median)
   out="$out ${s}_cpu_ms=$(awk -v m="$m" 'BEGIN{printf "%.2f", m ? 1000/m : 0}')"
 done
-out="$out bf16_vs_fp32_cpu=$(cratios loom_bf16 loom_fp32) fp16_vs_fp32_cpu=$(cratios loom_fp16 loom_fp32)"
-out="$out bf16_vs_torch_bf16_cpu=$(cratios loom_bf16 torch_bf16) fp32_vs_torch_fp32_cpu=$(cratios loom_fp32 torch_fp32)"
+out="$out bf16_vs_fp32_cpu=$(cratios loom_bf16 loom_fp32) fp16_vs_fp32_cpu=$(cratios loom_fp16 loom_fp32) bf16_widening_vs_fp32_cpu=$(cratios loom_bf16_widening loom_fp32)"
+((TORCH)) && out="$out bf16_vs_torch_bf16_cpu=$(cratios loom_bf16 torch_bf16) fp32_vs_torch_fp32_cpu=$(cratios loom_fp32 torch_fp32)"
 [ -n "$BASE" ] && out="$out fp32_vs_base_cpu=$(cratios loom_fp32 base_fp32) bf16_vs_base_cpu=$(cratios loom_bf16 base_bf16) fp16_vs_base_cpu=$(cratios loom_fp16 base_fp16) base_fp16_vs_base_fp32_cpu=$(cratios base_fp16 base_fp32)"
 echo "$out"

@@ -31,13 +31,28 @@ loom_status loom_conv_gemm_forward(const loom_conv_geom *g, const float *x, cons
 loom_status loom_conv_gemm_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
 loom_status loom_conv_gemm_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
 
+/* An activation-sized operand of the direct kernels (x, y, dy, dx): dense,
+ * in its tensor's memory order, f32, f16 or bf16. The kernels widen f16/bf16
+ * one image at a time while copying it into their per-thread buffers and
+ * round results one image at a time while they are in cache: the values of
+ * widening the whole tensor to f32 first and rounding the whole result once
+ * (f32 holds every f16/bf16 value exactly; rounding is per element), without
+ * full-size f32 copies and the passes over memory they cost. */
+typedef struct loom_conv_buf {
+  void *p;
+  loom_dtype dt;
+} loom_conv_buf;
+static inline loom_conv_buf loom_conv_buf_f32(const float *p) { return (loom_conv_buf){(void *)p, LOOM_F32}; }
+
 /* Direct AVX-512 / AVX2 kernels (conv_direct.c): same contracts as the GEMM
- * path, any channel count. loom_conv_direct_applies says whether they run
- * here (CPU support, group widths, kernel size, and not forced off). */
+ * path, any channel count, x / y / dy / dx of any float dtype (above).
+ * loom_conv_direct_applies says whether they run here (CPU support, group
+ * widths, kernel size, and not forced off). */
 bool loom_conv_direct_applies(const loom_conv_geom *g);
-loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y);
-loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
-loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
+loom_status loom_conv_direct_forward(const loom_conv_geom *g, loom_conv_buf x, const float *w, const float *b,
+                                     loom_conv_buf y);
+loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, loom_conv_buf dy, const float *w, loom_conv_buf dx);
+loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, loom_conv_buf x, loom_conv_buf dy, float *dw);
 
 /* Which instruction set the direct kernels use: "avx512", "avx2", "none"
  * (no direct or depthwise kernels: the dispatch of a CPU without AVX2, i.e.
@@ -82,6 +97,20 @@ loom_status loom_conv_bf16_backward(const loom_conv_geom *g, loom_op_args *a);
  * padding and channels past C are left as they are (zero). */
 void loom_conv_fill_padded(const float *x, bool nhwc, int64_t C, int64_t H, int64_t W, float *buf, int64_t Wp,
                            int64_t Cp, int64_t ph, int64_t pw);
+/* The same from image `img` (C*H*W elements each) of a dense tensor of any
+ * float dtype: f16/bf16 widened on the way (NCHW through tmp, C*H*W floats;
+ * NHWC straight into buf). */
+void loom_conv_fill_padded_buf(loom_conv_buf x, int64_t img, bool nhwc, int64_t C, int64_t H, int64_t W, float *buf,
+                               int64_t Wp, int64_t Cp, int64_t ph, int64_t pw, float *tmp);
+/* Image `img` (n elements each) of x as f32: x's own memory when f32, else
+ * widened into tmp (n floats). */
+const float *loom_conv_image_f32(loom_conv_buf x, int64_t img, int64_t n, float *tmp);
+/* Image `img` of y (P pixels x C channels) from its f32 pixel rows rows
+ * [P][C]: NCHW transposed (through tmp, P*C floats, when y is not f32),
+ * rounded to y's dtype. Nothing to do for an f32 NHWC y the kernels wrote
+ * in place (rows is y's own memory). */
+void loom_conv_store_image(loom_conv_buf y, int64_t img, bool nhwc, int64_t P, int64_t C, const float *rows,
+                           float *tmp);
 /* dst [C][P] (one image's NCHW planes) = the first C channels of src [P][ld]. */
 void loom_conv_store_planes(float *dst, const float *src, int64_t P, int64_t C, int64_t ld);
 /* dst [P][C] = src [C][P]. */

@@ -19,6 +19,9 @@
  * NCHW tensors are transposed to channels-last per image on the way in (and
  * the results back on the way out), inside the per-image working set, so
  * both formats share one set of kernels; NHWC needs no transposes at all.
+ * f16/bf16 activations are widened and rounded the same way, per image
+ * (loom_conv_buf): the widening path of mixed precision costs no full-size
+ * f32 copies.
  *
  * Threads: images are split between threads (each with its own padded
  * buffers); results are identical for any thread count. */
@@ -168,8 +171,8 @@ static const loom_cb_kernel *pick_cb(const loom_conv_isa *is, int64_t Cg, int64_
 }
 
 /* ---- forward ----------------------------------------------------------------------- */
-loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
-                                     float *y) {
+loom_status loom_conv_direct_forward(const loom_conv_geom *g, loom_conv_buf x, const float *w, const float *b,
+                                     loom_conv_buf y) {
   const loom_conv_isa *is = cur_isa();
   const int64_t VL = is->vl, maxb = VL == 16 ? 4 : 2;
   const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru(Og, VL);
@@ -181,7 +184,14 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
   if (!pick_pb_blocks(is, &vb, g->OW, ps, T * Cg, kern))
     return loom_set_error(LOOM_ERR_INTERNAL, "conv2d: no direct kernel for blocks of %lld vectors", (long long)vb.q);
   int nt = threads_for(g->N);
-  const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * g->O));  /* keeps every thread's buffer 64-byte aligned */
+  /* Per thread: the padded image, the output rows unless written in place,
+     and for f16/bf16 the widened NCHW image and the rounded NCHW planes
+     (every part a multiple of 16 floats: 64-byte aligned). */
+  const int64_t CHW = g->C * g->H * g->W, PO = P * g->O;
+  const bool in_place = g->nhwc && y.dt == LOOM_F32;
+  const int64_t xw_n = x.dt != LOOM_F32 && !g->nhwc ? ru16(CHW) : 0;
+  const int64_t y2_n = y.dt != LOOM_F32 && !g->nhwc ? ru16(PO) : 0;
+  const int64_t per = ru16(xfl) + (in_place ? 0 : ru16(PO)) + xw_n + y2_n;
   float *wpk = loom_conv_alloc_f(g->G * T * Cg * Ogp), *bufs = loom_conv_alloc_f(nt * per);
   if (!wpk || !bufs) {
     loom_sys_free(wpk), loom_sys_free(bufs);
@@ -199,13 +209,14 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
 
 #pragma omp parallel num_threads(nt)
   {
-    float *xin = bufs + omp_get_thread_num() * per, *ytmp = xin + xfl;
+    float *xin = bufs + omp_get_thread_num() * per, *ytmp = xin + ru16(xfl);
+    float *xw = ytmp + (in_place ? 0 : ru16(PO)), *y2 = xw + xw_n;
     memset(xin, 0, (size_t)xfl * sizeof(float));
     const float *wt[LOOM_CONV_MAX_TAPS];
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g->N; n++) {
-      loom_conv_fill_padded(x + n * g->C * g->H * g->W, g->nhwc, g->C, g->H, g->W, xin, Wp, Cp, g->ph, g->pw);
-      float *yimg = g->nhwc ? y + n * P * g->O : ytmp;
+      loom_conv_fill_padded_buf(x, n, g->nhwc, g->C, g->H, g->W, xin, Wp, Cp, g->ph, g->pw, xw);
+      float *yimg = in_place ? (float *)y.p + n * PO : ytmp;
       for (int64_t gi = 0; gi < g->G; gi++)
         for (int64_t k = 0; k < vb.nb; k++) {
           const int size = vb_size(&vb, k);
@@ -223,7 +234,7 @@ loom_status loom_conv_direct_forward(const loom_conv_geom *g, const float *x, co
               kn->fn(&a);
             }
         }
-      if (!g->nhwc) loom_conv_store_planes(y + n * g->O * P, ytmp, P, g->O, g->O);
+      loom_conv_store_image(y, n, g->nhwc, P, g->O, yimg, y2);
     }
   }
   loom_sys_free(wpk);
@@ -253,7 +264,7 @@ static void phase_margins(int64_t IN, int64_t OUT, int64_t K, int64_t s, int64_t
   }
 }
 
-loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
+loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, loom_conv_buf dy, const float *w, loom_conv_buf dx) {
   const loom_conv_isa *is = cur_isa();
   const int64_t VL = is->vl, maxb = VL == 16 ? 4 : 2;
   const int64_t T = g->KH * g->KW, Op = ru16(g->O), Og = g->Og, Cg = g->Cg, Cgp = ru(Cg, VL);
@@ -271,7 +282,14 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
     return loom_set_error(LOOM_ERR_INTERNAL, "conv2d backward: no direct kernel for blocks of %lld vectors",
                           (long long)vb.q);
   int nt = threads_for(g->N);
-  const int64_t per = ru16(yfl + (g->nhwc ? 0 : g->H * g->W * g->C));  /* keeps every thread's buffer 64-byte aligned */
+  /* Per thread (parts of 16 floats: 64-byte aligned): the padded dY, dX's
+     rows unless written in place, and for f16/bf16 the widened NCHW dY and
+     the rounded NCHW planes. */
+  const int64_t HWC = g->H * g->W * g->C;
+  const bool in_place = g->nhwc && dx.dt == LOOM_F32;
+  const int64_t yw_n = dy.dt != LOOM_F32 && !g->nhwc ? ru16(P * g->O) : 0;
+  const int64_t x2_n = dx.dt != LOOM_F32 && !g->nhwc ? ru16(HWC) : 0;
+  const int64_t per = ru16(yfl) + (in_place ? 0 : ru16(HWC)) + yw_n + x2_n;
   float *wpk = loom_conv_alloc_f(g->G * T * Og * Cgp), *bufs = loom_conv_alloc_f(nt * per);
   if (!wpk || !bufs) {
     loom_sys_free(wpk), loom_sys_free(bufs);
@@ -286,15 +304,16 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
 
 #pragma omp parallel num_threads(nt)
   {
-    float *ybuf = bufs + omp_get_thread_num() * per, *dxtmp = ybuf + yfl;
+    float *ybuf = bufs + omp_get_thread_num() * per, *dxtmp = ybuf + ru16(yfl);
+    float *yw = dxtmp + (in_place ? 0 : ru16(HWC)), *x2 = yw + yw_n;
     memset(ybuf, 0, (size_t)yfl * sizeof(float));
     int64_t xoff[LOOM_CONV_MAX_TAPS];
     int64_t tap[LOOM_CONV_MAX_TAPS];
     const float *wt[LOOM_CONV_MAX_TAPS];
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g->N; n++) {
-      loom_conv_fill_padded(dy + n * P * g->O, g->nhwc, g->O, g->OH, g->OW, ybuf, Wy, Op, lo_h, lo_w);
-      float *dximg = g->nhwc ? dx + n * g->H * g->W * g->C : dxtmp;
+      loom_conv_fill_padded_buf(dy, n, g->nhwc, g->O, g->OH, g->OW, ybuf, Wy, Op, lo_h, lo_w, yw);
+      float *dximg = in_place ? (float *)dx.p + n * HWC : dxtmp;
       for (int64_t rh = 0; rh < sh && rh < g->H; rh++)
         for (int64_t rw = 0; rw < sw && rw < g->W; rw++) {
           const int64_t th = (g->H - rh + sh - 1) / sh, tw = (g->W - rw + sw - 1) / sw;
@@ -330,7 +349,7 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
                 }
             }
         }
-      if (!g->nhwc) loom_conv_store_planes(dx + n * g->C * g->H * g->W, dxtmp, g->H * g->W, g->C, g->C);
+      loom_conv_store_image(dx, n, g->nhwc, g->H * g->W, g->C, dximg, x2);
     }
   }
   loom_sys_free(wpk);
@@ -341,7 +360,7 @@ loom_status loom_conv_direct_backward_data(const loom_conv_geom *g, const float 
 /* ---- backward-filter ------------------------------------------------------------------ */
 #define DW_CHUNKS 8  /* partial sums per chunk of images: fixed, so dW does not depend on threads */
 
-loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
+loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, loom_conv_buf x, loom_conv_buf dy, float *dw) {
   const loom_conv_isa *is = cur_isa();
   const int64_t VL = is->vl;
   const int64_t T = g->KH * g->KW, Cp = ru16(g->C), Og = g->Og, Cg = g->Cg, Ogp = ru(Og, VL);
@@ -363,7 +382,14 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
   int64_t rblk = row_bytes > 0 ? (32768 - halo) / row_bytes : g->OH;
   if (rblk < 1) rblk = 1;
   int nt = threads_for(nchunk);
-  const int64_t per = ru16(xfl + (g->nhwc ? 0 : P * g->O));  /* keeps every thread's buffer 64-byte aligned */
+  /* Per thread (parts of 16 floats: 64-byte aligned): the padded image,
+     dY's pixel rows unless read in place, and for f16/bf16 the widened
+     NCHW image and NCHW dY. */
+  const int64_t CHW = g->C * g->H * g->W, PO = P * g->O;
+  const bool dy_in_place = g->nhwc && dy.dt == LOOM_F32;
+  const int64_t xw_n = x.dt != LOOM_F32 && !g->nhwc ? ru16(CHW) : 0;
+  const int64_t dw_n = dy.dt != LOOM_F32 && !g->nhwc ? ru16(PO) : 0;
+  const int64_t per = ru16(xfl) + (dy_in_place ? 0 : ru16(PO)) + xw_n + dw_n;
   float *parts = loom_conv_alloc_f(nchunk * WN), *bufs = loom_conv_alloc_f(nt * per);
   if (!parts || !bufs) {
     loom_sys_free(parts), loom_sys_free(bufs);
@@ -373,16 +399,19 @@ loom_status loom_conv_direct_backward_filter(const loom_conv_geom *g, const floa
 
 #pragma omp parallel num_threads(nt)
   {
-    float *xin = bufs + omp_get_thread_num() * per, *dytmp = xin + xfl;
+    float *xin = bufs + omp_get_thread_num() * per, *dytmp = xin + ru16(xfl);
+    float *xw = dytmp + (dy_in_place ? 0 : ru16(PO)), *dyw = xw + xw_n;
     memset(xin, 0, (size_t)xfl * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t ch = 0; ch < nchunk; ch++) {
       float *part = parts + ch * WN;
       for (int64_t n = ch * g->N / nchunk; n < (ch + 1) * g->N / nchunk; n++) {
-        loom_conv_fill_padded(x + n * g->C * g->H * g->W, g->nhwc, g->C, g->H, g->W, xin, Wp, Cq, g->ph, g->pw);
-        const float *dyimg = dy + n * P * g->O;
-        if (!g->nhwc) {
-          loom_conv_load_planes(dytmp, dyimg, P, g->O);
+        loom_conv_fill_padded_buf(x, n, g->nhwc, g->C, g->H, g->W, xin, Wp, Cq, g->ph, g->pw, xw);
+        const float *dyimg;
+        if (g->nhwc) {
+          dyimg = loom_conv_image_f32(dy, n, PO, dytmp);
+        } else {
+          loom_conv_load_planes(dytmp, loom_conv_image_f32(dy, n, PO, dyw), P, g->O);
           dyimg = dytmp;
         }
         loom_cb_args a = {.xrs = g->sh * Wp * Cq, .xps = g->sw * Cq, .dyrs = g->OW * g->O, .dyps = g->O,

@@ -1,7 +1,8 @@
 /* conv_layout.c — per-image layout changes shared by the direct
  * convolution kernels (conv_direct.c, conv_depthwise.c): a zero-padded
  * channels-last copy of one image from either format, and NCHW planes to
- * and from pixel rows. The transposes go through 16 x 16 blocks held in
+ * and from pixel rows; for f16/bf16 operands the widening on the way in and
+ * the rounding on the way out, one image at a time. The transposes go through 16 x 16 blocks held in
  * AVX-512 registers when the CPU kernels' instruction set is AVX-512
  * (cpu_isa.h); a scalar version covers the others. */
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/cpu_isa.h"
+#include "ops/cpu/cpu_util.h"
 #include "core/sys.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -133,4 +135,42 @@ void loom_conv_load_planes(float *dst, const float *src, int64_t P, int64_t C) {
 #endif
   for (int64_t p = 0; p < P; p++)
     for (int64_t c = 0; c < C; c++) dst[p * C + c] = src[c * P + p];
+}
+
+void loom_conv_fill_padded_buf(loom_conv_buf x, int64_t img, bool nhwc, int64_t C, int64_t H, int64_t W, float *buf,
+                               int64_t Wp, int64_t Cp, int64_t ph, int64_t pw, float *tmp) {
+  const int64_t n = C * H * W;
+  if (x.dt == LOOM_F32 || !nhwc) {
+    loom_conv_fill_padded(loom_conv_image_f32(x, img, n, tmp), nhwc, C, H, W, buf, Wp, Cp, ph, pw);
+    return;
+  }
+  const size_t es = loom_dtype_size(x.dt);
+  const char *src = (const char *)x.p + (size_t)(img * n) * es;
+  for (int64_t ih = 0; ih < H; ih++) {
+    const char *s = src + (size_t)(ih * W * C) * es;
+    float *dst = buf + ((ih + ph) * Wp + pw) * Cp;
+    if (Cp == C) loom_cpu_load_f32(s, x.dt, 1, W * C, dst);
+    else
+      for (int64_t iw = 0; iw < W; iw++) loom_cpu_load_f32(s + (size_t)(iw * C) * es, x.dt, 1, C, dst + iw * Cp);
+  }
+}
+
+const float *loom_conv_image_f32(loom_conv_buf x, int64_t img, int64_t n, float *tmp) {
+  if (x.dt == LOOM_F32) return (const float *)x.p + img * n;
+  loom_cpu_load_f32((const char *)x.p + (size_t)(img * n) * loom_dtype_size(x.dt), x.dt, 1, n, tmp);
+  return tmp;
+}
+
+void loom_conv_store_image(loom_conv_buf y, int64_t img, bool nhwc, int64_t P, int64_t C, const float *rows,
+                           float *tmp) {
+  const int64_t n = P * C;
+  if (y.dt == LOOM_F32) {
+    if (!nhwc) loom_conv_store_planes((float *)y.p + img * n, rows, P, C, C);
+    return; /* NHWC: written in place */
+  }
+  if (!nhwc) {
+    loom_conv_store_planes(tmp, rows, P, C, C);
+    rows = tmp;
+  }
+  loom_cpu_store_f32((char *)y.p + (size_t)(img * n) * loom_dtype_size(y.dt), y.dt, 1, n, rows);
 }
