@@ -29,9 +29,7 @@ static __global__ void k_gather(const E *w, int64_t V, int64_t D, int idt, const
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e / D, j = e % D, v = loom_index_at(idx, idt, i);
     if (v < 0 || v >= V) {
-      E z;
-      memset(&z, 0, sizeof z);
-      out[e] = z;
+      out[e] = (E)0;
       if (j == 0) atomicMin(bad, (unsigned long long)i);
     } else {
       out[e] = w[v * D + j];
