@@ -1,10 +1,11 @@
 /* deferred.c — errors found on the GPU, reported without a host wait.
  *
- * A kernel that validates its input (cross-entropy labels) cannot stop the
- * host, and reading a flag back after it would cost a cudaStreamSynchronize
- * per training step. Instead it atomicMin's the offending row into a device
- * word; a later kernel of the same op publishes row, label and class count
- * into a record in mapped pinned host memory and resets the word. The host
+ * A kernel that validates its input (cross-entropy labels, embedding
+ * indices) cannot stop the host, and reading a flag back after it would
+ * cost a cudaStreamSynchronize per training step. Instead it atomicMin's
+ * the offending row into a device word; a later kernel of the same op
+ * publishes row, label, class count and which op into a record in mapped
+ * pinned host memory and resets the word. The host
  * reads the record (a plain memory read, no CUDA call) whenever it waits for
  * the GPU anyway — loom_to_host/loom_item, stream and device synchronize —
  * and at the next launch of the op, and turns it into a loom error there.
@@ -33,7 +34,7 @@ static loom_status create(slots *s, loom_device dev) {
   cudaError_t e = cudaHostAlloc((void **)&s->host, sizeof *s->host, cudaHostAllocMapped | cudaHostAllocPortable);
   if (e != cudaSuccess) return loom_cuda_error(e, "cudaHostAlloc(deferred error record)", __FILE__, __LINE__);
   s->host->row = ~0ull;
-  s->host->label = s->host->classes = 0;
+  s->host->label = s->host->classes = s->host->op = 0;
   e = cudaHostGetDevicePointer((void **)&s->dev_view, s->host, 0);
   if (e == cudaSuccess) e = cudaMalloc((void **)&s->bad_row, sizeof *s->bad_row);
   /* On the compute stream (non-blocking): ordered before every kernel that
@@ -75,12 +76,20 @@ loom_status loom_deferred_check(loom_device dev) {
   if (!__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE)) return LOOM_OK;
   unsigned long long row = __atomic_load_n(&s->host->row, __ATOMIC_ACQUIRE);
   if (row == ~0ull) return LOOM_OK;
-  long long label = s->host->label, classes = s->host->classes;
+  long long label = s->host->label, classes = s->host->classes, op = s->host->op;
   __atomic_store_n(&s->host->row, ~0ull, __ATOMIC_RELEASE);  /* reported once */
+  /* The CPU kernels' words, so a message reads the same on either device. */
+  static const char *const what[][3] = {
+      [LOOM_DEFERRED_CROSS_ENTROPY] = {"cross_entropy", "label", "row"},
+      [LOOM_DEFERRED_EMBEDDING] = {"embedding", "index", "position"},
+      [LOOM_DEFERRED_EMBEDDING_BACKWARD] = {"embedding backward", "index", "position"},
+      [LOOM_DEFERRED_LINEAR_CROSS_ENTROPY] = {"linear_cross_entropy", "label", "row"},
+  };
+  int k = op >= 0 && op < (long long)(sizeof what / sizeof what[0]) ? (int)op : 0;
   return loom_set_error(LOOM_ERR_INVALID_ARG,
-                        "cross_entropy: label %lld at row %llu is outside [0, %lld) (found on cuda:%d by an earlier "
-                        "cross_entropy; GPU-side checks are reported at the next call that waits for the GPU)",
-                        label, row, classes, dev.index);
+                        "%s: %s %lld at %s %llu is outside [0, %lld) (found on cuda:%d by an earlier %s; GPU-side "
+                        "checks are reported at the next call that waits for the GPU)",
+                        what[k][0], what[k][1], label, what[k][2], row, classes, dev.index, what[k][0]);
 }
 
 /* loom_shutdown: free the word and the record of every device (made again

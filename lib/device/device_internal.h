@@ -50,7 +50,7 @@ loom_status loom_cuda_error(cudaError_t e, const char *call, const char *file, i
  * cudaSetDevice only when this thread's current GPU is another one). */
 loom_status loom_cuda_set_device(int index);
 
-/* Errors that kernels find (an out-of-range label) without the host waiting
+/* Errors that kernels find (an out-of-range label or index) without the host waiting
  * for them: reported at the next call that waits for the GPU anyway
  * (loom_to_host/loom_item, stream/device synchronize) or at the next use of
  * the op that found them (deferred.c). */
@@ -58,7 +58,15 @@ typedef struct loom_deferred_error {
   unsigned long long row;  /* ~0ull: none; else the first bad row */
   long long label;         /* its label */
   long long classes;       /* the valid range is [0, classes) */
+  long long op;            /* which check found it: LOOM_DEFERRED_* */
 } loom_deferred_error;
+/* The checks that publish into the record (its op field). */
+enum {
+  LOOM_DEFERRED_CROSS_ENTROPY = 0,        /* a label of cross_entropy */
+  LOOM_DEFERRED_EMBEDDING = 1,            /* an index of embedding */
+  LOOM_DEFERRED_EMBEDDING_BACKWARD = 2,   /* an index of embedding_backward */
+  LOOM_DEFERRED_LINEAR_CROSS_ENTROPY = 3, /* a label of linear_cross_entropy */
+};
 /* Device-visible slots of dev, created on first use: a device word kernels
  * atomicMin a bad row into (~0ull when clear; the kernel that publishes it
  * resets it) and the record in mapped pinned host memory it is published

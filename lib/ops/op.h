@@ -44,7 +44,7 @@ typedef enum loom_op_id {
   LOOM_OP_ADD_RELU,            /* relu(a + b), same shape and format */
   LOOM_OP_ADD_RELU_BACKWARD,   /* gy * (y > 0), written once per input that needs it */
   LOOM_OP_CAT,                 /* concatenation of 1..LOOM_OP_MAX_IN inputs along i[0] (lib/ops/api_cat.c) */
-  /* Transformer ops (issue 28); CPU kernels only so far, except GELU's. */
+  /* Transformer ops (issue 28); CUDA kernels for all but attention so far (op_table.c). */
   LOOM_OP_GELU,                /* tanh approximation (GPT-2's) */
   LOOM_OP_GELU_BACKWARD,       /* (gy, x) -> gy * gelu'(x) */
   LOOM_OP_SOFTMAX,             /* over the last dim */

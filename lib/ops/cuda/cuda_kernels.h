@@ -54,6 +54,17 @@ loom_status loom_cuda_dropout(loom_op_args *a);
 loom_status loom_cuda_dropout_backward(loom_op_args *a);
 loom_status loom_cuda_add_relu(loom_op_args *a);
 loom_status loom_cuda_add_relu_backward(loom_op_args *a);
+/* Transformer ops (issue 28): softmax, embedding, layer norm
+ * (transformer_cuda.c), the fused projection + cross-entropy
+ * (linear_ce_cuda.c). */
+loom_status loom_cuda_softmax(loom_op_args *a);
+loom_status loom_cuda_softmax_backward(loom_op_args *a);
+loom_status loom_cuda_embedding(loom_op_args *a);
+loom_status loom_cuda_embedding_backward(loom_op_args *a);
+loom_status loom_cuda_layer_norm(loom_op_args *a);
+loom_status loom_cuda_layer_norm_backward(loom_op_args *a);
+loom_status loom_cuda_linear_cross_entropy(loom_op_args *a);
+loom_status loom_cuda_linear_cross_entropy_backward(loom_op_args *a);
 
 /* Fill t (contiguous, float dtype, on a CUDA device) with Philox numbers
  * identical to loom_rng_fill_uniform / _normal at (seed, offset). */

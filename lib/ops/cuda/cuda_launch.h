@@ -62,6 +62,7 @@ typedef struct loom_cu_deferred_error {
   volatile unsigned long long row;
   volatile long long label;
   volatile long long classes;
+  volatile long long op;  /* LOOM_DEFERRED_* of device_internal.h */
 } loom_cu_deferred_error;
 
 /* Mean cross-entropy of x [N, C] (contiguous) against labels (dtype ldt,

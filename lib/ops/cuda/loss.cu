@@ -133,6 +133,7 @@ static __global__ void k_mean(const float *v, int64_t n, float *out, unsigned lo
       if (rec->row == ~0ull) {
         rec->label = label_at(labels, ldt, (int64_t)r * lstride);
         rec->classes = C;
+        rec->op = 0;  /* LOOM_DEFERRED_CROSS_ENTROPY */
         __threadfence_system();  /* label and classes before row, as the host reads them */
         rec->row = r;
       }

@@ -1,0 +1,98 @@
+/* linear_ce.cu — the row kernels of the fused projection + cross-entropy on
+ * CUDA, run between the GEMMs of linear_ce_cuda.c on one chunk of logits at
+ * a time, with the CPU kernel's formulas (lib/ops/cpu/linear_ce_cpu.c):
+ * lse = max + log(sum exp(l - max)) with the sum in double, the row's loss
+ * (max - l[label]) + log(sum) in double, their mean in double; backward
+ * dlogits = exp(l - lse) * g - onehot(label) * g with g = gy / N. A block
+ * per row (vocabularies are long). A label outside [0, V) gives a NaN loss
+ * and is reported through the deferred error record, as cross_entropy's. */
+#include "ops/cuda/cuda_dtype.cuh"
+#include "ops/cuda/row_reduce.cuh"
+#include "ops/cuda/transformer_launch.h"
+
+#define DEFERRED_LINEAR_CROSS_ENTROPY 3 /* LOOM_DEFERRED_LINEAR_CROSS_ENTROPY (device_internal.h) */
+
+static __global__ void k_rows(const float *L, int64_t r0, int64_t V, int ldt, const void *labels, float *lse,
+                              double *row_loss, unsigned long long *bad) {
+  __shared__ float shf[8];
+  __shared__ double shd[8];
+  const int64_t i = blockIdx.x;
+  const float *row = L + i * V;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += LOOM_ROW_BLOCK) m = row[j] > m ? row[j] : m;
+  m = loom_row_max<LOOM_ROW_BLOCK>(m, shf);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < V; j += LOOM_ROW_BLOCK) s += expf(row[j] - m);
+  s = loom_row_sum<LOOM_ROW_BLOCK>(s, shd);
+  if (threadIdx.x != 0) return;
+  const float ls = (float)log(s);
+  const int64_t lab = loom_index_at(labels, ldt, r0 + i);
+  lse[r0 + i] = m + ls;
+  if (lab < 0 || lab >= V) {
+    row_loss[r0 + i] = NAN;
+    atomicMin(bad, (unsigned long long)(r0 + i));
+  } else {
+    row_loss[r0 + i] = (double)(m - row[lab]) + (double)ls;
+  }
+}
+
+extern "C" cudaError_t loom_cu_lce_rows(const float *L, int64_t r0, int64_t nr, int64_t V, int ldt,
+                                        const void *labels, float *lse, double *row_loss, unsigned long long *bad,
+                                        cudaStream_t s) {
+  if (nr == 0) return cudaSuccess;
+  k_rows<<<(unsigned)nr, LOOM_ROW_BLOCK, 0, s>>>(L, r0, V, ldt, labels, lse, row_loss, bad);
+  return cudaGetLastError();
+}
+
+/* One block: the mean in double in a fixed order, then the bad label. */
+static __global__ void k_mean(const double *v, int64_t n, float *out, int64_t V, int ldt, const void *labels,
+                              unsigned long long *bad, loom_cu_deferred_error *rec) {
+  __shared__ double sh[256];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
+  const unsigned long long r = *bad;
+  if (r == ~0ull) return;
+  if (rec->row == ~0ull) {
+    rec->label = loom_index_at(labels, ldt, (int64_t)r);
+    rec->classes = V;
+    rec->op = DEFERRED_LINEAR_CROSS_ENTROPY;
+    __threadfence_system(); /* the fields before row, as the host reads them */
+    rec->row = r;
+  }
+  *bad = ~0ull;
+}
+
+extern "C" cudaError_t loom_cu_lce_mean(const double *row_loss, int64_t N, float *out, int64_t V, int ldt,
+                                        const void *labels, unsigned long long *bad, loom_cu_deferred_error *rec,
+                                        cudaStream_t s) {
+  k_mean<<<1, 256, 0, s>>>(row_loss, N, out, V, ldt, labels, bad, rec);
+  return cudaGetLastError();
+}
+
+static __global__ void k_dlogits(float *L, int64_t r0, int64_t nr, int64_t V, int ldt, const void *labels,
+                                 const float *lse, const float *gy, int64_t N) {
+  const float g = gy[0] / (float)(N > 0 ? N : 1);
+  const int64_t total = nr * V;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e / V, j = e % V;
+    float v = expf(L[e] - lse[r0 + i]) * g;
+    if (j == loom_index_at(labels, ldt, r0 + i)) v -= g; /* a bad label matches no column */
+    L[e] = v;
+  }
+}
+
+extern "C" cudaError_t loom_cu_lce_dlogits(float *L, int64_t r0, int64_t nr, int64_t V, int ldt,
+                                           const void *labels, const float *lse, const float *gy, int64_t N,
+                                           cudaStream_t s) {
+  if (nr == 0 || V == 0) return cudaSuccess;
+  k_dlogits<<<loom_grid_for(nr * V), 256, 0, s>>>(L, r0, nr, V, ldt, labels, lse, gy, N);
+  return cudaGetLastError();
+}

@@ -1,0 +1,131 @@
+/* linear_ce_cuda.c — the final projection fused with the cross-entropy on
+ * CUDA (LINEAR_CROSS_ENTROPY and its backward; the CPU kernel is
+ * lib/ops/cpu/linear_ce_cpu.c, whose contract this keeps: f32, mean loss,
+ * lse [N] f32). Rows go through in chunks whose logits fit in CHUNK_FLOATS,
+ * so the [N, V] logits never exist in full: per chunk, the logits
+ * x·wᵀ on cuBLASLt (matmul_lt.c), then linear_ce.cu's row kernel writes
+ * each row's lse and loss; one kernel takes the mean at the end. Backward
+ * recomputes each chunk's logits, turns them into (softmax - onehot) gy/N
+ * in place and runs the two GEMMs: dx rows = dlogits·w, dw += dlogitsᵀ·x
+ * (the first chunk overwrites, the others accumulate: beta 1). Chunks run in
+ * order on one stream, so the result does not depend on timing. Labels
+ * outside [0, V) are reported through device/deferred.c (the CPU fails at
+ * once). */
+#ifdef LOOM_HAVE_CUDA
+#include <string.h>
+
+#include "alloc/alloc.h"
+#include "ops/cuda/cuda_internal.h"
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/transformer_launch.h"
+
+/* 64 MiB of f32 logits per chunk: GPT-2's 50257 classes give 333 rows, a
+ * GEMM large enough to run at full speed. */
+#define CHUNK_FLOATS ((int64_t)1 << 24)
+
+static int64_t chunk_rows(int64_t N, int64_t V) {
+  int64_t r = CHUNK_FLOATS / V;
+  if (r < 1) r = 1;
+  return r < N ? r : (N > 0 ? N : 1);
+}
+
+/* Row-major f32 C[M,N] = op(A)·op(B) (+ C when beta is 1). */
+static loom_status gemm(loom_cuda_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, float beta) {
+  if (M == 0 || N == 0) return LOOM_OK;
+  if (K == 0) {
+    if (beta == 0.0f) LOOM_CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)(M * ldc) * sizeof(float), c->stream));
+    return LOOM_OK;
+  }
+  loom_lt_gemm g;
+  memset(&g, 0, sizeof g);
+  g.dt = LOOM_F32;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.lda = lda;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  g.batch = 1;
+  g.epilogue = CUBLASLT_EPILOGUE_DEFAULT; /* always runs (cublasGemmEx when cuBLASLt has no algorithm) */
+  g.beta = beta;
+  return loom_lt_gemm_run(c, &g);
+}
+
+/* Logits of rows [r0, r0 + nr) into L [nr, V]. */
+static loom_status logits(loom_cuda_ctx *c, const float *x, const float *w, int64_t r0, int64_t nr, int64_t V,
+                          int64_t E, float *L) {
+  return gemm(c, false, true, nr, V, E, x + r0 * E, E, w, E, L, V, 0.0f);
+}
+
+loom_status loom_cuda_linear_cross_entropy(loom_op_args *a) {
+  loom_tensor *x = a->in[0], *w = a->in[1], *labels = a->in[2];
+  int64_t N = x->shape[0], E = x->shape[1], V = w->shape[0];
+  loom_cuda_ctx *c = loom_cuda_ctx_of(a->out[0]);
+  if (!c) return loom_last_status();
+  LOOM_TRY(loom_deferred_check(c->dev)); /* a bad label an earlier call found */
+  unsigned long long *bad;
+  loom_deferred_error *rec;
+  LOOM_TRY(loom_deferred_slots(c->dev, &bad, &rec));
+  int64_t R = chunk_rows(N, V);
+  void *L = NULL, *rl = NULL;
+  loom_status st = loom_alloc_malloc(c->dev, (size_t)(R * V) * sizeof(float), NULL, &L);
+  if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, (size_t)(N > 0 ? N : 1) * sizeof(double), NULL, &rl);
+  const float *px = loom_tensor_ptr(x), *pw = loom_tensor_ptr(w);
+  float *plse = loom_tensor_ptr(a->out[1]);
+  for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += R) {
+    int64_t nr = N - r0 < R ? N - r0 : R;
+    st = logits(c, px, pw, r0, nr, V, E, L);
+    if (st == LOOM_OK) {
+      cudaError_t e = loom_cu_lce_rows(L, r0, nr, V, labels->dtype, loom_tensor_ptr(labels), plse, rl, bad, c->stream);
+      if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_lce_rows", __FILE__, __LINE__);
+    }
+  }
+  if (st == LOOM_OK) {
+    cudaError_t e = loom_cu_lce_mean(rl, N, loom_tensor_ptr(a->out[0]), V, labels->dtype, loom_tensor_ptr(labels), bad,
+                                     (loom_cu_deferred_error *)rec, c->stream);
+    if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_lce_mean", __FILE__, __LINE__);
+  }
+  loom_alloc_free(c->dev, L);
+  loom_alloc_free(c->dev, rl);
+  return st;
+}
+
+loom_status loom_cuda_linear_cross_entropy_backward(loom_op_args *a) {
+  loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *labels = a->in[3], *lse = a->in[4];
+  loom_tensor *dx = a->out[0], *dw = a->out[1];
+  loom_tensor *any = dx ? dx : dw;
+  if (!any) return LOOM_OK;
+  int64_t N = x->shape[0], E = x->shape[1], V = w->shape[0];
+  loom_cuda_ctx *c = loom_cuda_ctx_of(any);
+  if (!c) return loom_last_status();
+  if (N == 0 || E == 0) {
+    if (dw && V * E > 0) LOOM_CUDA_CHECK(cudaMemsetAsync(loom_tensor_ptr(dw), 0, (size_t)(V * E) * sizeof(float), c->stream));
+    return LOOM_OK;
+  }
+  int64_t R = chunk_rows(N, V);
+  void *L = NULL;
+  LOOM_TRY(loom_alloc_malloc(c->dev, (size_t)(R * V) * sizeof(float), NULL, &L));
+  const float *px = loom_tensor_ptr(x), *pw = loom_tensor_ptr(w);
+  loom_status st = LOOM_OK;
+  for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += R) {
+    int64_t nr = N - r0 < R ? N - r0 : R;
+    st = logits(c, px, pw, r0, nr, V, E, L);
+    if (st == LOOM_OK) {
+      cudaError_t e = loom_cu_lce_dlogits(L, r0, nr, V, labels->dtype, loom_tensor_ptr(labels), loom_tensor_ptr(lse),
+                                          loom_tensor_ptr(gy), N, c->stream);
+      if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_lce_dlogits", __FILE__, __LINE__);
+    }
+    if (st == LOOM_OK && dx) st = gemm(c, false, false, nr, E, V, L, V, pw, E, (float *)loom_tensor_ptr(dx) + r0 * E, E, 0.0f);
+    if (st == LOOM_OK && dw)
+      st = gemm(c, true, false, V, E, nr, L, V, px + r0 * E, E, loom_tensor_ptr(dw), E, r0 == 0 ? 0.0f : 1.0f);
+  }
+  loom_alloc_free(c->dev, L);
+  return st;
+}
+#endif
