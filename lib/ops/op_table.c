@@ -102,8 +102,8 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   [LOOM_OP_LAYER_NORM] = {"layer_norm", 1, 3, 2, loom_infer_layer_norm, loom_cpu_layer_norm, CUDA_K(no_cuda_yet), 0},
   [LOOM_OP_LAYER_NORM_BACKWARD] = {"layer_norm_backward", 3, 4, 3, loom_infer_layer_norm_backward, loom_cpu_layer_norm_backward, CUDA_K(no_cuda_yet), 0},
   /* attention: out1 is the logsumexp of each query row [..., T] f32. */
-  [LOOM_OP_ATTENTION] = {"attention", 3, 3, 2, loom_infer_attention, loom_cpu_attention, CUDA_K(no_cuda_yet), 1},
-  [LOOM_OP_ATTENTION_BACKWARD] = {"attention_backward", 5, 5, 3, loom_infer_attention_backward, loom_cpu_attention_backward, CUDA_K(no_cuda_yet), 0},
+  [LOOM_OP_ATTENTION] = {"attention", 3, 3, 2, loom_infer_attention, loom_cpu_attention, CUDA_K(loom_cuda_attention), 1},
+  [LOOM_OP_ATTENTION_BACKWARD] = {"attention_backward", 5, 5, 3, loom_infer_attention_backward, loom_cpu_attention_backward, CUDA_K(loom_cuda_attention_backward), 0},
   [LOOM_OP_LINEAR_CROSS_ENTROPY] = {"linear_cross_entropy", 3, 3, 2, loom_infer_linear_cross_entropy, loom_cpu_linear_cross_entropy, CUDA_K(no_cuda_yet), 0},
   [LOOM_OP_LINEAR_CROSS_ENTROPY_BACKWARD] = {"linear_cross_entropy_backward", 5, 5, 2, loom_infer_linear_cross_entropy_backward, loom_cpu_linear_cross_entropy_backward, CUDA_K(no_cuda_yet), 0},
 };

@@ -54,6 +54,9 @@ loom_status loom_cuda_dropout(loom_op_args *a);
 loom_status loom_cuda_dropout_backward(loom_op_args *a);
 loom_status loom_cuda_add_relu(loom_op_args *a);
 loom_status loom_cuda_add_relu_backward(loom_op_args *a);
+/* Fused attention (attention_cuda.c) */
+loom_status loom_cuda_attention(loom_op_args *a);
+loom_status loom_cuda_attention_backward(loom_op_args *a);
 
 /* Fill t (contiguous, float dtype, on a CUDA device) with Philox numbers
  * identical to loom_rng_fill_uniform / _normal at (seed, offset). */
