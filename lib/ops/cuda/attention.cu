@@ -25,6 +25,12 @@
 #include "ops/cuda/attention_launch.h"
 #include "ops/cuda/cuda_dtype.cuh"
 
+/* Kernel launches go through this macro so that tests/cuda_emu can run the
+ * same kernels on the CPU (it defines its own before including this file). */
+#ifndef LOOM_CU_LAUNCH
+#define LOOM_CU_LAUNCH(kern, grid, block, stream, ...) kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
 #define NT 256   /* threads per block */
 #define CH 16    /* keys per online-softmax step */
 #define LOG2E 1.4426950408889634f
@@ -298,9 +304,9 @@ extern "C" int64_t loom_cu_attention_blocks(int64_t bh, int64_t T, int64_t D) {
 
 template <typename T, int DP> static cudaError_t fwd(const loom_cu_attn *p, cudaStream_t s) {
   const int64_t nqt = cdiv(p->T, fwd_cfg<DP>::BR);
-  k_attn_fwd<T, DP><<<(unsigned)(p->bh * nqt), NT, 0, s>>>(
-      (const T *)p->q, (const T *)p->k, (const T *)p->v, (T *)p->out, p->lse, p->T, p->D, nqt, p->scale * LOG2E,
-      p->causal);
+  auto kern = k_attn_fwd<T, DP>;
+  LOOM_CU_LAUNCH(kern, (unsigned)(p->bh * nqt), NT, s, (const T *)p->q, (const T *)p->k, (const T *)p->v,
+                 (T *)p->out, p->lse, p->T, p->D, nqt, p->scale * LOG2E, p->causal);
   return cudaGetLastError();
 }
 
@@ -308,16 +314,17 @@ template <typename T, int DP> static cudaError_t bwd(const loom_cu_attn *p, cuda
   using C = bwd_cfg<DP>;
   const int64_t nt = cdiv(p->T, C::BR);
   if (p->dk || p->dv) {
-    k_attn_bwd_dkdv<T, DP><<<(unsigned)(p->bh * nt), NT, 0, s>>>(
-        (const T *)p->gy, (const T *)p->q, (const T *)p->k, (const T *)p->v, p->stats, (T *)p->dk, (T *)p->dv, p->T,
-        p->D, nt, p->scale, p->scale * LOG2E, p->causal);
+    auto kern = k_attn_bwd_dkdv<T, DP>;
+    LOOM_CU_LAUNCH(kern, (unsigned)(p->bh * nt), NT, s, (const T *)p->gy, (const T *)p->q, (const T *)p->k,
+                   (const T *)p->v, p->stats, (T *)p->dk, (T *)p->dv, p->T, p->D, nt, p->scale, p->scale * LOG2E,
+                   p->causal);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
   if (p->dq) {
-    k_attn_bwd_dq<T, DP><<<(unsigned)(p->bh * nt), NT, 0, s>>>((const T *)p->gy, (const T *)p->q, (const T *)p->k,
-                                                               (const T *)p->v, p->stats, (T *)p->dq, p->T, p->D, nt,
-                                                               p->scale, p->scale * LOG2E, p->causal);
+    auto kern = k_attn_bwd_dq<T, DP>;
+    LOOM_CU_LAUNCH(kern, (unsigned)(p->bh * nt), NT, s, (const T *)p->gy, (const T *)p->q, (const T *)p->k,
+                   (const T *)p->v, p->stats, (T *)p->dq, p->T, p->D, nt, p->scale, p->scale * LOG2E, p->causal);
   }
   return cudaGetLastError();
 }
