@@ -461,9 +461,10 @@ static void attention_run(loom_device dev, const double *const *vals, int nd, co
 /* GPT-2 small's training shape, B 4, H 12, T 1024, D 64: the CUDA kernels
  * against the CPU op (each computes in f32 and sums in its own order).
  * Tolerance: f32 atol 2e-5 / rtol 1e-4 for out and 1e-4 / 1e-3 for the
- * gradients (as against float64 above); bf16 one unit of bf16's last place
- * either way (2^-8 relative, both round the same f32 results once), plus
- * the same again for the gradients' f32 statistics over rounded outputs.
+ * gradients (as against float64 above); f16 / bf16 one unit of bf16's last
+ * place either way (2^-8 relative, both round the same f32 results once),
+ * plus the same again for the gradients' f32 statistics over rounded
+ * outputs.
  * And the backward twice on the GPU: the same bits (no atomics). */
 static void gpt2_cuda_vs_cpu(loom_dtype dt, bool causal) {
   tk_require_device(loom_cuda(0));
@@ -499,6 +500,9 @@ Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_not_causal, .fi
 }
 Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_bf16, .fini = tk_teardown) {
   gpt2_cuda_vs_cpu(LOOM_BF16, true);
+}
+Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_f16, .fini = tk_teardown) {
+  gpt2_cuda_vs_cpu(LOOM_F16, true);
 }
 
 /* Head dims above 256: the CUDA kernels refuse them with an error naming

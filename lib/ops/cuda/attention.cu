@@ -91,9 +91,30 @@ __device__ __forceinline__ void store_slice(T *dst, const float *src, int64_t ro
 }
 
 /* Rows [r0, r0 + ROWS) of a [T, D] matrix into a shared [ROWS, DP] f32
- * tile, zeros past D and past T (coalesced when D == DP). */
+ * tile, zeros past D and past T (coalesced when D == DP). vec (D == DP and
+ * src 16-byte aligned, so every row is): 16 bytes per load. */
 template <typename T, int ROWS, int DP>
-__device__ __forceinline__ void load_tile(float *tile, const T *src, int64_t r0, int64_t nrows, int64_t D) {
+__device__ __forceinline__ void load_tile(float *tile, const T *src, int64_t r0, int64_t nrows, int64_t D, bool vec) {
+  if (vec) {
+    constexpr int E = 16 / sizeof(T), PER_ROW = DP / E;
+    for (int idx = threadIdx.x; idx < ROWS * PER_ROW; idx += NT) {
+      const int r = idx / PER_ROW, c = (idx % PER_ROW) * E;
+      const int64_t row = r0 + r;
+      float *dst = tile + r * DP + c;
+      loom_vec<T, E> w;
+      if (row < nrows) loom_vload(w, src + row * D + c);
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {  /* 16-byte stores: no bank conflicts */
+        float4 f;
+        f.x = row < nrows ? loom_to_f(w.e[e]) : 0.0f;
+        f.y = row < nrows ? loom_to_f(w.e[e + 1]) : 0.0f;
+        f.z = row < nrows ? loom_to_f(w.e[e + 2]) : 0.0f;
+        f.w = row < nrows ? loom_to_f(w.e[e + 3]) : 0.0f;
+        *reinterpret_cast<float4 *>(dst + e) = f;
+      }
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < ROWS * DP; idx += NT) {
     const int r = idx / DP, c = idx % DP;
     const int64_t row = r0 + r;
@@ -146,6 +167,7 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(const T *__restrict__ q, const 
   const int64_t i = q0 + threadIdx.x / C::TPR;
   const int64_t base = h * nT * D;
   q += base, k += base, v += base, out += base;
+  const bool vec = D == DP && loom_aligned16(k) && loom_aligned16(v);
 
   float qr[C::SLICE], acc[C::SLICE];
   load_slice<T, C::TPR, C::SLICE>(qr, q, i, nT, D, g, qmul);
@@ -156,8 +178,8 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(const T *__restrict__ q, const 
   const int64_t kend = causal ? (q0 + C::BR < nT ? q0 + C::BR : nT) : nT;
   for (int64_t k0 = 0; k0 < kend; k0 += C::BC) {
     __syncthreads();  /* the previous tile is no longer read */
-    load_tile<T, C::BC, DP>(Ks, k, k0, nT, D);
-    load_tile<T, C::BC, DP>(Vs, v, k0, nT, D);
+    load_tile<T, C::BC, DP>(Ks, k, k0, nT, D, vec);
+    load_tile<T, C::BC, DP>(Vs, v, k0, nT, D, vec);
     __syncthreads();
 #pragma unroll 1
     for (int c0 = 0; c0 < C::BC; c0 += CH) {
@@ -213,6 +235,7 @@ __global__ void __launch_bounds__(NT) k_attn_bwd_dkdv(const T *__restrict__ gy, 
   const int64_t base = h * nT * D;
   gy += base, q += base, k += base, v += base;
   stats += 2 * h * nT;
+  const bool vec = D == DP && loom_aligned16(q) && loom_aligned16(gy);
 
   float kr[C::SLICE], vr[C::SLICE], dka[C::SLICE], dva[C::SLICE];
   load_slice<T, C::TPR, C::SLICE>(kr, k, j, nT, D, g, kmul);
@@ -222,8 +245,8 @@ __global__ void __launch_bounds__(NT) k_attn_bwd_dkdv(const T *__restrict__ gy, 
 
   for (int64_t i0 = causal ? k0 : 0; i0 < nT; i0 += C::BT) {
     __syncthreads();
-    load_tile<T, C::BT, DP>(Qs, q, i0, nT, D);
-    load_tile<T, C::BT, DP>(Gs, gy, i0, nT, D);
+    load_tile<T, C::BT, DP>(Qs, q, i0, nT, D, vec);
+    load_tile<T, C::BT, DP>(Gs, gy, i0, nT, D, vec);
     for (int r = threadIdx.x; r < C::BT; r += NT) {
       const bool ok = i0 + r < nT;
       Ls[r] = ok ? stats[2 * (i0 + r)] * LOG2E : 0.0f;
@@ -265,6 +288,7 @@ __global__ void __launch_bounds__(NT) k_attn_bwd_dq(const T *__restrict__ gy, co
   const int64_t i = q0 + threadIdx.x / C::TPR;
   const int64_t base = h * nT * D;
   gy += base, q += base, k += base, v += base;
+  const bool vec = D == DP && loom_aligned16(k) && loom_aligned16(v);
 
   float qr[C::SLICE], gr[C::SLICE], dqa[C::SLICE];
   load_slice<T, C::TPR, C::SLICE>(qr, q, i, nT, D, g, qmul);
@@ -277,8 +301,8 @@ __global__ void __launch_bounds__(NT) k_attn_bwd_dq(const T *__restrict__ gy, co
   const int64_t kend = causal ? (q0 + C::BR < nT ? q0 + C::BR : nT) : nT;
   for (int64_t j0 = 0; j0 < kend; j0 += C::BT) {
     __syncthreads();
-    load_tile<T, C::BT, DP>(Ks, k, j0, nT, D);
-    load_tile<T, C::BT, DP>(Vs, v, j0, nT, D);
+    load_tile<T, C::BT, DP>(Ks, k, j0, nT, D, vec);
+    load_tile<T, C::BT, DP>(Vs, v, j0, nT, D, vec);
     __syncthreads();
 #pragma unroll 4
     for (int c = 0; c < C::BT; c++) {
