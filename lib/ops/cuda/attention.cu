@@ -155,7 +155,7 @@ __device__ __forceinline__ void axpy_slice(float *acc, float a, const float *row
 /* ---- forward ---------------------------------------------------------------------------- */
 
 template <typename T, int DP>
-__global__ void __launch_bounds__(NT) k_attn_fwd(const T *__restrict__ q, const T *__restrict__ k,
+static __global__ void __launch_bounds__(NT) k_attn_fwd(const T *__restrict__ q, const T *__restrict__ k,
                                                  const T *__restrict__ v, T *__restrict__ out, float *__restrict__ lse,
                                                  int64_t nT, int64_t D, int64_t nqt, float qmul, int causal) {
   using C = fwd_cfg<DP>;
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(const T *__restrict__ q, const 
  * (times scale * log2 e) and v slices and accumulates dk and dv over the
  * query rows that see the key, one shared tile of q and gy at a time. */
 template <typename T, int DP>
-__global__ void __launch_bounds__(NT) k_attn_bwd_dkdv(const T *__restrict__ gy, const T *__restrict__ q,
+static __global__ void __launch_bounds__(NT) k_attn_bwd_dkdv(const T *__restrict__ gy, const T *__restrict__ q,
                                                       const T *__restrict__ k, const T *__restrict__ v,
                                                       const float *__restrict__ stats, T *__restrict__ dk,
                                                       T *__restrict__ dv, int64_t nT, int64_t D, int64_t nkt,
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(NT) k_attn_bwd_dkdv(const T *__restrict__ gy, 
  * scale * log2 e) and gy slices and accumulates dq over the key tiles the
  * row sees. */
 template <typename T, int DP>
-__global__ void __launch_bounds__(NT) k_attn_bwd_dq(const T *__restrict__ gy, const T *__restrict__ q,
+static __global__ void __launch_bounds__(NT) k_attn_bwd_dq(const T *__restrict__ gy, const T *__restrict__ q,
                                                     const T *__restrict__ k, const T *__restrict__ v,
                                                     const float *__restrict__ stats, T *__restrict__ dq, int64_t nT,
                                                     int64_t D, int64_t nqt, float scale, float qmul, int causal) {
