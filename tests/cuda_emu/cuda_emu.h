@@ -89,19 +89,22 @@ static void emu_trampoline() {
   g_emu->th[g_emu->cur].done = true;  /* uc_link returns to the scheduler */
 }
 
+/* A fresh context for t, starting at emu_trampoline (out of line: getcontext
+ * returns twice, so the caller's loop variables stay out of its frame). */
+static void __attribute__((noinline)) emu_make_thread(emu_thread &t, emu_block &b) {
+  t.wait = nullptr, t.done = false;
+  getcontext(&t.ctx);
+  t.ctx.uc_stack.ss_sp = t.stack.data();
+  t.ctx.uc_stack.ss_size = t.stack.size();
+  t.ctx.uc_link = &b.sched;
+  makecontext(&t.ctx, emu_trampoline, 0);
+}
+
 /* Runs block g of b's launch to its end. */
 static void __attribute__((noinline)) emu_run_block(emu_block &b, unsigned g) {
   const unsigned block = (unsigned)b.th.size();
   blockIdx = {g, 0, 0};
-  for (unsigned i = 0; i < block; i++) {
-    emu_thread &t = b.th[i];
-    t.wait = nullptr, t.done = false;
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = t.stack.data();
-    t.ctx.uc_stack.ss_size = t.stack.size();
-    t.ctx.uc_link = &b.sched;
-    makecontext(&t.ctx, emu_trampoline, 0);
-  }
+  for (unsigned i = 0; i < block; i++) emu_make_thread(b.th[i], b);
   for (unsigned left = block; left > 0;) {
     bool progress = false;
     for (unsigned i = 0; i < block; i++) {
