@@ -370,6 +370,9 @@ step op_sweep_cuda_full --gpu --needs "$T/test_op_sweep" --budget 120 -- \
 # at 50 reps the H200 needed about 72 s (the first run was cut at 30 s after
 # 14 of 16 sizes), at 20 reps about 30 s.
 step linear_cuda_f32 --gpu --needs "$B/bench/bench_linear_cuda" --budget 60 -- "'$B/bench/bench_linear_cuda' 20 f32"
+# Fused attention (loom's kernels) against matmul + softmax + matmul at GPT-2's shapes (issue 28).
+step attention_cuda_f32 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 f32"
+step attention_cuda_bf16 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 bf16"
 step op_overhead_vs_pytorch --gpu --needs "$B/bench/bench_op_overhead" --budget 60 -- "LOOM_PYTHON='$PY' '$ROOT/bench/op_overhead/run_op_overhead.sh' --device cuda --build '$B' --rounds 3 --iters 100000"
 EPOCHS=3
 ((QUICK)) && EPOCHS=1

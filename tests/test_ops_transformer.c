@@ -7,13 +7,15 @@
  * the fused projection + cross-entropy over several row chunks against the
  * unfused ops, the reductions across rows giving the same bits twice, and
  * the error paths. The DEVICE_TESTs run on the CPU and, where a GPU exists,
- * on CUDA (the CUDA kernels of issue 28; a bad index or label is reported
- * there at the next wait for the GPU); the attention tests and the
- * thread-count one are CPU only. */
+ * on CUDA (the CUDA kernels of issue 28, loom's fused attention of
+ * lib/ops/cuda/attention.cu among them; a bad index or label is reported
+ * there at the next wait for the GPU), plus CUDA-only ones comparing the GPU
+ * to the CPU attention op at GPT-2's training shape; the thread-count test is
+ * CPU only. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "ops/op.h" /* loom_op_run: embedding_backward directly */
+#include "ops/op.h" /* loom_op_run: embedding_backward, attention with a scale of its own */
 #include "ref/transformer_torch_ref.h"
 #include "support/testkit.h"
 
@@ -37,17 +39,11 @@ static loom_tensor *leaf_on(loom_device dev, int64_t n, int nd, const int64_t *s
   return t;
 }
 
-static loom_tensor *leaf(int64_t n, int nd, const int64_t *sh, double (*fn)(int64_t)) { return leaf_on(CPU, n, nd, sh, fn); }
-
 /* Backward from y with the gradient fn(i) (on y's device). */
 static void backward_on(loom_device dev, loom_tensor *y, int64_t n, int nd, const int64_t *sh, double (*fn)(int64_t)) {
   double *v = vals(n, fn);
   cr_assert_eq(loom_backward_with(y, tk_tensor(v, nd, sh, LOOM_F32, dev)), LOOM_OK, "%s", loom_last_error());
   free(v);
-}
-
-static void backward_with(loom_tensor *y, int64_t n, int nd, const int64_t *sh, double (*fn)(int64_t)) {
-  backward_on(CPU, y, n, nd, sh, fn);
 }
 
 #define TOL 1e-6, 2e-5
@@ -141,12 +137,12 @@ static double at_k(int64_t i) { return cos(0.17 * (double)i); }
 static double at_v(int64_t i) { return sin(0.53 * (double)i + 1); }
 static double at_g(int64_t i) { return cos(0.41 * (double)i); }
 
-CPU_TEST(transformer_torch, causal_attention) {
+DEVICE_TEST(transformer_torch, causal_attention) {
   int64_t s[4] = {1, 2, 7, 4};
-  loom_tensor *q = leaf(56, 4, s, at_q), *k = leaf(56, 4, s, at_k), *v = leaf(56, 4, s, at_v);
+  loom_tensor *q = leaf_on(dev, 56, 4, s, at_q), *k = leaf_on(dev, 56, 4, s, at_k), *v = leaf_on(dev, 56, 4, s, at_v);
   loom_tensor *y = loom_scaled_dot_product_attention(q, k, v, true);
   tk_assert_tensor(y, 4, s, LOOM_F32, ATT_Y, TOL, "torch: softmax(q kᵀ/2 + causal mask) v");
-  backward_with(y, 56, 4, s, at_g);
+  backward_on(dev, y, 56, 4, s, at_g);
   tk_assert_tensor(loom_grad(q), 4, s, LOOM_F32, ATT_DQ, TOL, "torch: attention's dq");
   tk_assert_tensor(loom_grad(k), 4, s, LOOM_F32, ATT_DK, TOL, "torch: attention's dk");
   tk_assert_tensor(loom_grad(v), 4, s, LOOM_F32, ATT_DV, TOL, "torch: attention's dv");
@@ -235,30 +231,32 @@ DEVICE_TEST(transformer, clip_grad_norm_non_finite_and_bad_args) {
 
 /* ---- attention at GPT-2's shapes ------------------------------------------------------------ */
 
-/* Causal attention per head in float64: out, and the gradients of
- * sum(out * gy) (the formulas, not the kernel's tiling). */
-static void ref_attention(const double *q, const double *k, const double *v, const double *gy, int64_t BH, int64_t T,
-                          int64_t D, double *out, double *dq, double *dk, double *dv) {
-  double scale = 1.0 / sqrt((double)D), *p = calloc((size_t)T, sizeof *p);
+/* Attention per head in float64 (causal or not, any scale): out, and the
+ * gradients of sum(out * gy) (the formulas, not the kernels' tiling). */
+static void ref_attention_ex(const double *q, const double *k, const double *v, const double *gy, int64_t BH,
+                             int64_t T, int64_t D, bool causal, double scale, double *out, double *dq, double *dk,
+                             double *dv) {
+  double *p = calloc((size_t)(T > 0 ? T : 1), sizeof *p);
   for (int64_t h = 0; h < BH; h++)
     for (int64_t i = 0; i < T; i++) {
       const double *qi = q + (h * T + i) * D, *gi = gy + (h * T + i) * D;
+      int64_t nj = causal ? i + 1 : T;
       double m = -INFINITY, s = 0;
-      for (int64_t j = 0; j <= i; j++) {
+      for (int64_t j = 0; j < nj; j++) {
         double z = 0;
         for (int64_t d = 0; d < D; d++) z += qi[d] * k[(h * T + j) * D + d];
         p[j] = z * scale;
         m = fmax(m, p[j]);
       }
-      for (int64_t j = 0; j <= i; j++) s += (p[j] = exp(p[j] - m));
+      for (int64_t j = 0; j < nj; j++) s += (p[j] = exp(p[j] - m));
       double *o = out + (h * T + i) * D, rs = 0;
       for (int64_t d = 0; d < D; d++) o[d] = 0;
-      for (int64_t j = 0; j <= i; j++) {
+      for (int64_t j = 0; j < nj; j++) {
         p[j] /= s;
         for (int64_t d = 0; d < D; d++) o[d] += p[j] * v[(h * T + j) * D + d];
       }
       for (int64_t d = 0; d < D; d++) rs += gi[d] * o[d];
-      for (int64_t j = 0; j <= i; j++) {
+      for (int64_t j = 0; j < nj; j++) {
         const double *kj = k + (h * T + j) * D, *vj = v + (h * T + j) * D;
         double g = 0;
         for (int64_t d = 0; d < D; d++) g += gi[d] * vj[d];
@@ -273,9 +271,20 @@ static void ref_attention(const double *q, const double *k, const double *v, con
   free(p);
 }
 
+static void ref_attention(const double *q, const double *k, const double *v, const double *gy, int64_t BH, int64_t T,
+                          int64_t D, double *out, double *dq, double *dk, double *dv) {
+  ref_attention_ex(q, k, v, gy, BH, T, D, true, 1.0 / sqrt((double)D), out, dq, dk, dv);
+}
+
+static void require_grad3(loom_tensor *q, loom_tensor *k, loom_tensor *v) {
+  loom_set_requires_grad(q, true);
+  loom_set_requires_grad(k, true);
+  loom_set_requires_grad(v, true);
+}
+
 /* B = 1, two heads of T = 1024, head dim 64 (GPT-2 small's), f32: forward
  * and the three gradients against float64. */
-CPU_TEST(transformer, attention_gpt2_shapes_against_float64) {
+DEVICE_TEST(transformer, attention_gpt2_shapes_against_float64) {
   tk_seed(2801);
   int64_t s[4] = {1, 2, 1024, 64}, n = 2 * 1024 * 64;
   double *vq = tk_rand_vals(n, -1, 1, 0, LOOM_F32), *vk = tk_rand_vals(n, -1, 1, 0, LOOM_F32);
@@ -283,14 +292,12 @@ CPU_TEST(transformer, attention_gpt2_shapes_against_float64) {
   double *out = calloc((size_t)n, sizeof *out), *dq = calloc((size_t)n, sizeof *dq);
   double *dk = calloc((size_t)n, sizeof *dk), *dv = calloc((size_t)n, sizeof *dv);
   ref_attention(vq, vk, vv, vg, 2, 1024, 64, out, dq, dk, dv);
-  loom_tensor *q = tk_tensor(vq, 4, s, LOOM_F32, CPU), *k = tk_tensor(vk, 4, s, LOOM_F32, CPU);
-  loom_tensor *v = tk_tensor(vv, 4, s, LOOM_F32, CPU);
-  loom_set_requires_grad(q, true);
-  loom_set_requires_grad(k, true);
-  loom_set_requires_grad(v, true);
+  loom_tensor *q = tk_tensor(vq, 4, s, LOOM_F32, dev), *k = tk_tensor(vk, 4, s, LOOM_F32, dev);
+  loom_tensor *v = tk_tensor(vv, 4, s, LOOM_F32, dev);
+  require_grad3(q, k, v);
   loom_tensor *y = loom_scaled_dot_product_attention(q, k, v, true);
   tk_assert_tensor(y, 4, s, LOOM_F32, out, 2e-5, 1e-4, "attention [1, 2, 1024, 64]");
-  cr_assert_eq(loom_backward_with(y, tk_tensor(vg, 4, s, LOOM_F32, CPU)), LOOM_OK, "%s", loom_last_error());
+  cr_assert_eq(loom_backward_with(y, tk_tensor(vg, 4, s, LOOM_F32, dev)), LOOM_OK, "%s", loom_last_error());
   tk_assert_tensor(loom_grad(q), 4, s, LOOM_F32, dq, 1e-4, 1e-3, "dq at T = 1024");
   tk_assert_tensor(loom_grad(k), 4, s, LOOM_F32, dk, 1e-4, 1e-3, "dk at T = 1024");
   tk_assert_tensor(loom_grad(v), 4, s, LOOM_F32, dv, 1e-4, 1e-3, "dv at T = 1024");
@@ -303,31 +310,121 @@ CPU_TEST(transformer, attention_gpt2_shapes_against_float64) {
   free(vq), free(vk), free(vv), free(vg), free(out), free(dq), free(dk), free(dv);
 }
 
+/* One shape of the head-dim / tile sweep below. */
+typedef struct attn_case {
+  int64_t bh, T, D;
+  bool causal;
+  double scale; /* 0: the public API's 1 / sqrt(D) */
+} attn_case;
+
+/* Attention through the op itself when the scale is not the public API's
+ * (the op's f[0] attribute); recorded for autograd like the public call. */
+static loom_tensor *attention_scaled(loom_tensor *q, loom_tensor *k, loom_tensor *v, bool causal, double scale) {
+  if (scale == 0) return loom_scaled_dot_product_attention(q, k, v, causal);
+  loom_op_args a = {.in = {q, k, v}, .n_in = 3};
+  a.f[0] = scale;
+  a.i[0] = causal;
+  return loom_op_run(LOOM_OP_ATTENTION, &a);
+}
+
+/* Forward and gradients of one case in dtype dt against float64 of the
+ * inputs as rounded to dt. Tolerances: f32 as at GPT-2's shapes; f16 and
+ * bf16 a few units of their last place (the output and the gradients are
+ * rounded once; gy * out for the backward statistics uses the rounded out). */
+static void attention_case(loom_device dev, const attn_case *c, loom_dtype dt) {
+  int64_t s[3] = {c->bh, c->T, c->D}, n = c->bh * c->T * c->D;
+  double scale = c->scale != 0 ? c->scale : 1.0 / sqrt((double)c->D);
+  double *vq = tk_rand_vals(n, -1, 1, 0, dt), *vk = tk_rand_vals(n, -1, 1, 0, dt);
+  double *vv = tk_rand_vals(n, -1, 1, 0, dt), *vg = tk_rand_vals(n, -1, 1, 0, dt);
+  size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(double);
+  double *out = calloc(1, bytes), *dq = calloc(1, bytes), *dk = calloc(1, bytes), *dv = calloc(1, bytes);
+  ref_attention_ex(vq, vk, vv, vg, c->bh, c->T, c->D, c->causal, scale, out, dq, dk, dv);
+  loom_scope_begin();
+  loom_tensor *q = tk_tensor(vq, 3, s, dt, dev), *k = tk_tensor(vk, 3, s, dt, dev), *v = tk_tensor(vv, 3, s, dt, dev);
+  require_grad3(q, k, v);
+  loom_tensor *y = attention_scaled(q, k, v, c->causal, c->scale);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  double ya = dt == LOOM_F32 ? 2e-5 : dt == LOOM_F16 ? 2e-3 : 1.5e-2, yr = dt == LOOM_F32 ? 1e-4 : 4 * tk_rtol(dt);
+  double ga = dt == LOOM_F32 ? 1e-4 : dt == LOOM_F16 ? 5e-3 : 4e-2, gr = dt == LOOM_F32 ? 1e-3 : 8 * tk_rtol(dt);
+  char what[160];
+  snprintf(what, sizeof what, "attention [%lld, %lld, %lld] %s scale %g %s", (long long)c->bh, (long long)c->T,
+           (long long)c->D, c->causal ? "causal" : "not causal", scale, loom_dtype_name(dt));
+  tk_assert_tensor(y, 3, s, dt, out, ya, yr, what);
+  cr_assert_eq(loom_backward_with(y, tk_tensor(vg, 3, s, dt, dev)), LOOM_OK, "%s: %s", what, loom_last_error());
+  char w2[200];
+  snprintf(w2, sizeof w2, "dq of %s", what);
+  tk_assert_tensor(loom_grad(q), 3, s, dt, dq, ga, gr, w2);
+  snprintf(w2, sizeof w2, "dk of %s", what);
+  tk_assert_tensor(loom_grad(k), 3, s, dt, dk, ga, gr, w2);
+  snprintf(w2, sizeof w2, "dv of %s", what);
+  tk_assert_tensor(loom_grad(v), 3, s, dt, dv, ga, gr, w2);
+  loom_scope_end();
+  free(vq), free(vk), free(vv), free(vg), free(out), free(dq), free(dk), free(dv);
+}
+
+/* Head dims on every kernel path (CUDA pads to 32, 64, 128 or 256; 64 and
+ * 128 unpadded), lengths that end inside a tile or hold one row, causal and
+ * not, the scale attribute, and the three float dtypes. */
+DEVICE_TEST(transformer, attention_head_dims_tiles_and_dtypes_against_float64) {
+  tk_seed(2804);
+  static const attn_case cases[] = {
+      {2, 1, 8, true, 0},      {1, 17, 16, false, 0},  {2, 65, 40, true, 0},   {1, 130, 64, false, 0},
+      {1, 97, 128, true, 0},   {1, 33, 200, true, 0},  {1, 70, 256, false, 0}, {3, 50, 64, true, 0.3},
+      {1, 40, 128, false, 0.05},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(dev, &cases[i], LOOM_F32);
+  static const loom_dtype low[2] = {LOOM_F16, LOOM_BF16};
+  for (int t = 0; t < 2; t++) {
+    attention_case(dev, &cases[2], low[t]);
+    attention_case(dev, &cases[4], low[t]);
+    attention_case(dev, &cases[6], low[t]);
+  }
+}
+
+static loom_tensor *attention_causal_fn(loom_tensor **in, void *ctx) {
+  (void)ctx;
+  return loom_scaled_dot_product_attention(in[0], in[1], in[2], true);
+}
+
+/* Central differences of the whole op (forward through the kernels, so
+ * they check backward against forward), at a padded head dim and two
+ * tiles of queries on the GPU. */
+DEVICE_TEST(transformer, attention_finite_differences) {
+  tk_seed(2805);
+  int64_t s[4] = {1, 2, 70, 40};
+  loom_tensor *in[3];
+  for (int k = 0; k < 3; k++) {
+    in[k] = tk_rand_tensor(4, s, -1, 1, 0, LOOM_F32, dev, NULL);
+    loom_set_requires_grad(in[k], true);
+  }
+  tk_gradcheck_sampled(attention_causal_fn, NULL, in, 3, 1e-2, 2e-3, 2e-2, 40, "causal attention [1, 2, 70, 40]");
+}
+
 /* Peak bytes the allocator handed out over one forward + backward of causal
  * attention on one head of [T, 64], beyond q, k, v themselves. */
-static int64_t attention_peak_extra(int64_t T) {
+static int64_t attention_peak_extra(loom_device dev, int64_t T) {
   loom_scope_begin();
   int64_t s[4] = {1, 1, T, 64};
   loom_tensor *in[3];
   for (int k = 0; k < 3; k++) {
-    in[k] = loom_randn(4, s, LOOM_F32, CPU);
+    in[k] = loom_randn(4, s, LOOM_F32, dev);
     loom_set_requires_grad(in[k], true);
   }
   loom_memory_stats st = {.struct_size = sizeof st};
-  cr_assert_eq(loom_memory_stats_get(CPU, &st), LOOM_OK);
+  cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
   int64_t base = st.allocated_bytes[LOOM_MEM_ALL].current;
-  cr_assert_eq(loom_memory_reset_peaks(CPU), LOOM_OK);
+  cr_assert_eq(loom_memory_reset_peaks(dev), LOOM_OK);
   loom_tensor *y = loom_scaled_dot_product_attention(in[0], in[1], in[2], true);
   cr_assert_eq(loom_backward(loom_sum_all(y)), LOOM_OK, "%s", loom_last_error());
-  cr_assert_eq(loom_memory_stats_get(CPU, &st), LOOM_OK);
+  cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
   loom_scope_end();
   return st.allocated_bytes[LOOM_MEM_ALL].peak - base;
 }
 
 /* O(T) per head: 4x the sequence costs about 4x the memory (a stored score
  * matrix would cost 16x), and at T = 1024 less than one f32 [T, T] matrix. */
-CPU_TEST(transformer, attention_memory_grows_linearly) {
-  int64_t m256 = attention_peak_extra(256), m1024 = attention_peak_extra(1024);
+DEVICE_TEST(transformer, attention_memory_grows_linearly) {
+  int64_t m256 = attention_peak_extra(dev, 256), m1024 = attention_peak_extra(dev, 1024);
   cr_log_info("attention peak allocated beyond q, k, v: T=256 %lld B, T=1024 %lld B (ratio %.2f)", (long long)m256,
               (long long)m1024, (double)m1024 / (double)m256);
   cr_assert_gt(m256, 0);
@@ -335,6 +432,84 @@ CPU_TEST(transformer, attention_memory_grows_linearly) {
                (long long)m256, (long long)m1024);
   cr_assert_lt(m1024, 1024 * 1024 * 4, "peak %lld bytes at T = 1024 holds a [T, T] score matrix's worth",
                (long long)m1024);
+}
+
+/* ---- attention on CUDA against the CPU op ---------------------------------------------------- */
+
+/* One forward + backward of attention on dev from the same host values;
+ * out[0] = y, out[1..3] = dq, dk, dv, read back as doubles. */
+static void attention_run(loom_device dev, const double *const *vals, int nd, const int64_t *s, loom_dtype dt,
+                          bool causal, double **out) {
+  loom_scope_begin();
+  loom_tensor *q = tk_tensor(vals[0], nd, s, dt, dev), *k = tk_tensor(vals[1], nd, s, dt, dev);
+  loom_tensor *v = tk_tensor(vals[2], nd, s, dt, dev);
+  require_grad3(q, k, v);
+  loom_tensor *y = loom_scaled_dot_product_attention(q, k, v, causal);
+  cr_assert_not_null(y, "%s", loom_last_error());
+  cr_assert_eq(loom_backward_with(y, tk_tensor(vals[3], nd, s, dt, dev)), LOOM_OK, "%s", loom_last_error());
+  out[0] = tk_read(y);
+  out[1] = tk_read(loom_grad(q));
+  out[2] = tk_read(loom_grad(k));
+  out[3] = tk_read(loom_grad(v));
+  loom_scope_end();
+}
+
+/* GPT-2 small's training shape, B 4, H 12, T 1024, D 64: the CUDA kernels
+ * against the CPU op (each computes in f32 and sums in its own order).
+ * Tolerance: f32 atol 2e-5 / rtol 1e-4 for out and 1e-4 / 1e-3 for the
+ * gradients (as against float64 above); f16 / bf16 one unit of bf16's last
+ * place either way (2^-8 relative, both round the same f32 results once),
+ * plus the same again for the gradients' f32 statistics over rounded
+ * outputs.
+ * And the backward twice on the GPU: the same bits (no atomics). */
+static void gpt2_cuda_vs_cpu(loom_dtype dt, bool causal) {
+  tk_require_device(loom_cuda(0));
+  tk_seed(2806);
+  int64_t s[4] = {4, 12, 1024, 64}, n = 4 * 12 * 1024 * 64;
+  double *v[4];
+  for (int k = 0; k < 4; k++) v[k] = tk_rand_vals(n, -1, 1, 0, dt);
+  double *cpu[4], *gpu[4], *again[4];
+  attention_run(loom_cpu(), (const double *const *)v, 4, s, dt, causal, cpu);
+  attention_run(loom_cuda(0), (const double *const *)v, 4, s, dt, causal, gpu);
+  attention_run(loom_cuda(0), (const double *const *)v, 4, s, dt, causal, again);
+  static const char *names[4] = {"out", "dq", "dk", "dv"};
+  for (int k = 0; k < 4; k++) {
+    double atol = dt == LOOM_F32 ? (k ? 1e-4 : 2e-5) : (k ? 3e-2 : 1e-2);
+    double rtol = dt == LOOM_F32 ? (k ? 1e-3 : 1e-4) : (k ? 2e-2 : 1e-2);
+    char what[120];
+    snprintf(what, sizeof what, "CUDA %s against the CPU op, [4, 12, 1024, 64] %s %s", names[k],
+             causal ? "causal" : "not causal", loom_dtype_name(dt));
+    tk_assert_close(gpu[k], cpu[k], n, atol, rtol, what);
+    for (int64_t i = 0; i < n; i++)
+      cr_assert(gpu[k][i] == again[k][i] || (gpu[k][i] != gpu[k][i] && again[k][i] != again[k][i]),
+                "CUDA %s[%lld] differs between two identical runs: %.9g, %.9g", names[k], (long long)i, gpu[k][i],
+                again[k][i]);
+    free(cpu[k]), free(gpu[k]), free(again[k]), free(v[k]);
+  }
+}
+
+Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_f32, .fini = tk_teardown) {
+  gpt2_cuda_vs_cpu(LOOM_F32, true);
+}
+Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_not_causal, .fini = tk_teardown) {
+  gpt2_cuda_vs_cpu(LOOM_F32, false);
+}
+Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_bf16, .fini = tk_teardown) {
+  gpt2_cuda_vs_cpu(LOOM_BF16, true);
+}
+Test(transformer_cuda, attention_gpt2_training_shape_matches_cpu_f16, .fini = tk_teardown) {
+  gpt2_cuda_vs_cpu(LOOM_F16, true);
+}
+
+/* Head dims above 256: the CUDA kernels refuse them with an error naming
+ * the limit (the CPU op takes any). */
+Test(transformer_cuda, attention_head_dim_above_256_is_an_error, .fini = tk_teardown) {
+  tk_require_device(loom_cuda(0));
+  loom_scope_begin();
+  int64_t s[4] = {1, 1, 8, 300};
+  loom_tensor *q = loom_randn(4, s, LOOM_F32, loom_cuda(0));
+  tk_assert_fails(loom_scaled_dot_product_attention(q, q, q, true), LOOM_ERR_UNSUPPORTED, "head dim 300", "256");
+  loom_scope_end();
 }
 
 /* ---- the fused projection + cross-entropy over several chunks ------------------------------ */

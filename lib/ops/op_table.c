@@ -9,12 +9,6 @@
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_CUDA_OPS)
 #include "ops/cuda/cuda_kernels.h"
 #define CUDA_K(fn) fn
-/* The transformer ops with CPU kernels only so far (issue 28: attention). */
-static loom_status no_cuda_yet(loom_op_args *a) {
-  (void)a;
-  return loom_set_error(LOOM_ERR_UNSUPPORTED,
-                        "not implemented on CUDA yet (CPU kernel only, issue 28): move its inputs to the CPU");
-}
 #else
 #define CUDA_K(fn) NULL
 #endif
@@ -92,7 +86,7 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   /* cat: one kernel for every device (strided copies through COPY's kernels). */
   [LOOM_OP_CAT] = {"cat", 1, LOOM_OP_MAX_IN, 1, loom_infer_cat, loom_kernel_cat, CUDA_K(loom_kernel_cat), 1},
   /* Transformer ops (issue 28). CUDA: GELU in elementwise.cu, softmax / embedding / layer norm in
-   * transformer_cuda.c, the fused projection + cross-entropy in linear_ce_cuda.c; attention: no_cuda_yet. */
+   * transformer_cuda.c, the fused projection + cross-entropy in linear_ce_cuda.c, attention in attention_cuda.c. */
   [LOOM_OP_GELU] = {"gelu", 1, 1, 1, loom_infer_unary, cpu_gelu, CUDA_K(loom_cuda_gelu), 0},
   [LOOM_OP_GELU_BACKWARD] = {"gelu_backward", 2, 2, 1, loom_infer_binary, cpu_gelu_bw, CUDA_K(loom_cuda_gelu_backward), 1},
   [LOOM_OP_SOFTMAX] = {"softmax", 1, 1, 1, loom_infer_softmax, loom_cpu_softmax, CUDA_K(loom_cuda_softmax), 0},
@@ -103,8 +97,8 @@ static const loom_op_def g_ops[LOOM_OP_COUNT] = {
   [LOOM_OP_LAYER_NORM] = {"layer_norm", 1, 3, 2, loom_infer_layer_norm, loom_cpu_layer_norm, CUDA_K(loom_cuda_layer_norm), 0},
   [LOOM_OP_LAYER_NORM_BACKWARD] = {"layer_norm_backward", 3, 4, 3, loom_infer_layer_norm_backward, loom_cpu_layer_norm_backward, CUDA_K(loom_cuda_layer_norm_backward), 0},
   /* attention: out1 is the logsumexp of each query row [..., T] f32. */
-  [LOOM_OP_ATTENTION] = {"attention", 3, 3, 2, loom_infer_attention, loom_cpu_attention, CUDA_K(no_cuda_yet), 1},
-  [LOOM_OP_ATTENTION_BACKWARD] = {"attention_backward", 5, 5, 3, loom_infer_attention_backward, loom_cpu_attention_backward, CUDA_K(no_cuda_yet), 0},
+  [LOOM_OP_ATTENTION] = {"attention", 3, 3, 2, loom_infer_attention, loom_cpu_attention, CUDA_K(loom_cuda_attention), 1},
+  [LOOM_OP_ATTENTION_BACKWARD] = {"attention_backward", 5, 5, 3, loom_infer_attention_backward, loom_cpu_attention_backward, CUDA_K(loom_cuda_attention_backward), 0},
   [LOOM_OP_LINEAR_CROSS_ENTROPY] = {"linear_cross_entropy", 3, 3, 2, loom_infer_linear_cross_entropy, loom_cpu_linear_cross_entropy, CUDA_K(loom_cuda_linear_cross_entropy), 0},
   [LOOM_OP_LINEAR_CROSS_ENTROPY_BACKWARD] = {"linear_cross_entropy_backward", 5, 5, 2, loom_infer_linear_cross_entropy_backward, loom_cpu_linear_cross_entropy_backward, CUDA_K(loom_cuda_linear_cross_entropy_backward), 0},
 };

@@ -65,6 +65,9 @@ loom_status loom_cuda_layer_norm(loom_op_args *a);
 loom_status loom_cuda_layer_norm_backward(loom_op_args *a);
 loom_status loom_cuda_linear_cross_entropy(loom_op_args *a);
 loom_status loom_cuda_linear_cross_entropy_backward(loom_op_args *a);
+/* Fused attention (attention_cuda.c) */
+loom_status loom_cuda_attention(loom_op_args *a);
+loom_status loom_cuda_attention_backward(loom_op_args *a);
 
 /* Fill t (contiguous, float dtype, on a CUDA device) with Philox numbers
  * identical to loom_rng_fill_uniform / _normal at (seed, offset). */

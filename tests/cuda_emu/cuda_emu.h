@@ -1,0 +1,159 @@
+/* cuda_emu.h — just enough of CUDA's execution model, on the CPU, to run
+ * simple kernels of lib/ops/cuda (written for it: no atomics, no dynamic
+ * shared memory, every lane of a warp at every shuffle) without a GPU.
+ * Include it, define LOOM_CU_LAUNCH as below, then include the .cu file.
+ *
+ * A launch runs its blocks one after another; a block's threads are
+ * contexts (ucontext) on one host thread, each running until it reaches a
+ * barrier, so __syncthreads is a real barrier and a missing one shows up as
+ * a thread reading what another has not written yet. __shared__ variables
+ * become function statics: one copy, shared by the threads of the block
+ * that is running. __shfl_xor_sync exchanges through a buffer between two
+ * barriers of the 32 threads of a warp. What this does not model: memory
+ * ordering without barriers, warp divergence (a shuffle that some lanes
+ * skip deadlocks, and the scheduler aborts saying so), launch limits, and
+ * speed.
+ *
+ * Compiled by the host C++ compiler with the toolkit's headers on the
+ * include path (for cuda_fp16.h / cuda_bf16.h, whose conversions are
+ * host-callable, and the vector types); no CUDA library is linked. */
+#ifndef LOOM_TESTS_CUDA_EMU_H
+#define LOOM_TESTS_CUDA_EMU_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+struct emu_dim3 {
+  unsigned x, y, z;
+};
+static emu_dim3 threadIdx, blockIdx;
+
+/* One block at a time: its threads are contexts switched on one host
+ * thread (a thread runs until it reaches a barrier, then the next one
+ * runs), so a run is deterministic and cheap. A barrier releases its
+ * threads when all of them (the block, or the 32 of a warp) have arrived. */
+struct emu_barrier {
+  unsigned need, arrived, gen;
+};
+struct emu_thread {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  emu_barrier *wait;  /* NULL: runnable */
+  unsigned gen;
+  bool done;
+};
+struct emu_block {
+  ucontext_t sched;
+  std::vector<emu_thread> th;
+  unsigned cur;
+  emu_barrier all;
+  emu_barrier warp[32];
+  float xbuf[32][32];
+  const std::function<void()> *body;
+};
+static emu_block *g_emu;
+
+static inline void emu_wait(emu_barrier *b) {
+  emu_thread &t = g_emu->th[g_emu->cur];
+  if (++b->arrived == b->need) {
+    b->arrived = 0;
+    b->gen++;
+    return;  /* the last to arrive goes on; the others run when their turn comes */
+  }
+  t.wait = b;
+  t.gen = b->gen;
+  swapcontext(&t.ctx, &g_emu->sched);
+}
+
+static inline void emu_syncthreads() { emu_wait(&g_emu->all); }
+
+static inline float emu_shfl_xor(float v, int o) {
+  const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+  g_emu->xbuf[w][l] = v;
+  emu_wait(&g_emu->warp[w]);
+  const float r = g_emu->xbuf[w][l ^ (unsigned)o];
+  emu_wait(&g_emu->warp[w]);
+  return r;
+}
+
+static void emu_trampoline() {
+  (*g_emu->body)();
+  g_emu->th[g_emu->cur].done = true;  /* uc_link returns to the scheduler */
+}
+
+/* A fresh context for t, starting at emu_trampoline (out of line: getcontext
+ * returns twice, so the caller's loop variables stay out of its frame). */
+static void __attribute__((noinline)) emu_make_thread(emu_thread &t, emu_block &b) {
+  t.wait = nullptr, t.done = false;
+  getcontext(&t.ctx);
+  t.ctx.uc_stack.ss_sp = t.stack.data();
+  t.ctx.uc_stack.ss_size = t.stack.size();
+  t.ctx.uc_link = &b.sched;
+  makecontext(&t.ctx, emu_trampoline, 0);
+}
+
+/* Runs block g of b's launch to its end. */
+static void __attribute__((noinline)) emu_run_block(emu_block &b, unsigned g) {
+  const unsigned block = (unsigned)b.th.size();
+  blockIdx = {g, 0, 0};
+  for (unsigned i = 0; i < block; i++) emu_make_thread(b.th[i], b);
+  for (unsigned left = block; left > 0;) {
+    bool progress = false;
+    for (unsigned i = 0; i < block; i++) {
+      emu_thread &t = b.th[i];
+      if (t.done || (t.wait && t.wait->gen == t.gen)) continue;
+      t.wait = nullptr;
+      b.cur = i;
+      threadIdx = {i, 0, 0};
+      swapcontext(&b.sched, &t.ctx);
+      progress = true;
+      if (t.done) left--;
+    }
+    if (!progress) {
+      fprintf(stderr, "cuda_emu: block %u deadlocked (a barrier or shuffle some threads never reach)\n", g);
+      abort();
+    }
+  }
+}
+
+/* grid blocks of block threads (a multiple of 32, at most 1024). */
+static inline void emu_launch(unsigned grid, unsigned block, const std::function<void()> &body) {
+  emu_block b;
+  b.body = &body;
+  b.all = {block, 0, 0};
+  for (unsigned w = 0; w < 32; w++) b.warp[w] = {32, 0, 0};
+  b.th.resize(block);
+  for (auto &t : b.th) t.stack.resize(64 * 1024);
+  g_emu = &b;
+  for (unsigned g = 0; g < grid; g++) emu_run_block(b, g);
+  g_emu = nullptr;
+}
+
+/* Device-only intrinsics the kernels use. */
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+#undef __shared__
+#define __shared__ static
+#undef __global__
+#define __global__
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#define __syncthreads() emu_syncthreads()
+#define __shfl_xor_sync(mask, v, o) emu_shfl_xor((v), (o))
+#define cudaGetLastError() cudaSuccess
+#define LOOM_CU_LAUNCH(kern, grid, block, stream, ...) \
+  ((void)(stream), emu_launch((grid), (block), [&] { kern(__VA_ARGS__); }))
+
+#endif
