@@ -7,7 +7,8 @@
 # both result lines; at the end the medians of tokens/s, their ratio and
 # both validation losses. The flags after -- go to both sides (--data is
 # required; --dropout 0 makes the two runs the same computation up to
-# float32 rounding).
+# float32 rounding). Both run on the CPU unless the flags say --device cuda
+# (then the twin too: bench/gpt/gpt_twin.py --device, --precision).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=build-dev rounds=3 threads=2 py=/usr/bin/python3
@@ -25,12 +26,12 @@ bin="$build/examples/loom-gpt"
 [ -x "$bin" ] || { echo "no $bin: build the loom-gpt target" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$bin" "$@" --threads "$threads" --max-steps 0 --save "$tmp/init.safetensors" --quiet > /dev/null
+"$bin" --device cpu "$@" --threads "$threads" --max-steps 0 --save "$tmp/init.safetensors" --quiet > /dev/null
 : > "$tmp/loom" ; : > "$tmp/torch"
 r=1
 while [ "$r" -le "$rounds" ]; do
-  a=$("$bin" "$@" --threads "$threads" --quiet | grep '^result')
-  b=$("$py" "$here/gpt_twin.py" "$@" --threads "$threads" --init "$tmp/init.safetensors" --quiet | grep '^result')
+  a=$("$bin" --device cpu "$@" --threads "$threads" --quiet | grep '^result')
+  b=$("$py" "$here/gpt_twin.py" --device cpu "$@" --threads "$threads" --init "$tmp/init.safetensors" --quiet | grep '^result')
   echo "round $r loom:    $a"
   echo "round $r pytorch: $b"
   echo "$a" >> "$tmp/loom"; echo "$b" >> "$tmp/torch"

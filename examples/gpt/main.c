@@ -26,7 +26,12 @@
  *   result val_loss=X tokens_per_sec=Y device=D world_size=N
  * val_loss over --eval-batches validation batches in eval mode (no dropout),
  * tokens_per_sec = training tokens (all ranks) / training time (evaluations
- * excluded).
+ * excluded; so is the run's first step when it has more than one: set-up).
+ *
+ * --tokens FILE [--vocab N] trains on token ids instead of bytes: a flat file
+ * of little-endian uint16 ids (nanoGPT's train.bin format), split 90/10 like
+ * a text; the vocabulary is --vocab (e.g. 50304 for GPT-2's tokenizer padded)
+ * or the largest id + 1. --sample needs a text and is refused with --tokens.
  *
  * --device (default auto: the first GPU when there is one, else the CPU)
  * holds the model and the batches. On CUDA a missing kernel fails the run
@@ -83,12 +88,12 @@
 static const char *PROG = "loom-gpt";
 
 typedef struct opts {
-  const char *data, *save, *csv, *prompt, *device;
+  const char *data, *tokens, *save, *csv, *prompt, *device;
   int data_default;  /* no --data: the Shakespeare corpus setup.sh prepares */
   int gpus;          /* --gpus: 0 none, -1 all, N */
   int scale_lr, check_replicas;
   int64_t layers, heads, embd, block, steps, batch, warmup, eval_every, eval_batches, seed, save_every, max_steps;
-  int64_t sample, top_k, threads;
+  int64_t sample, top_k, threads, vocab;
   double lr, min_lr, dropout, weight_decay, grad_clip, temperature;
   int quiet, resume;
   loom_precision precision;  /* --precision fp32|fp16|bf16 */
@@ -119,6 +124,7 @@ static void usage(FILE *f) {
              "       [--save FILE [--save-every N] [--max-steps N]] [--resume]\n"
              "       [--sample N [--temperature T] [--top-k K] [--prompt TEXT]]\n"
              "       [--device auto|cpu|cuda[:N]] [--gpus all|N] [--scale-lr] [--check-replicas]\n"
+             "       [--tokens FILE [--vocab N]]  (little-endian uint16 token ids instead of --data's bytes)\n"
              "Trains a character-level GPT-2 on a text file: --data FILE, by default Shakespeare's complete works,\n"
              "which scripts/setup.sh prepares at ${XDG_DATA_HOME:-$HOME/.local/share}/loom/shakespeare.txt.\n"
              "--device: the model's and the batches' device (auto: a GPU when there is one).\n"
@@ -162,6 +168,8 @@ static int parse(int argc, char **argv, opts *o) {
     i++;
     int ok = 1;
     if (!strcmp(a, "--data")) o->data = v;
+    else if (!strcmp(a, "--tokens")) o->tokens = v;
+    else if (!strcmp(a, "--vocab")) ok = cli_parse_i64(PROG, a, v, 1, &o->vocab);
     else if (!strcmp(a, "--device")) o->device = v;
     else if (!strcmp(a, "--gpus")) {
       int64_t n = 0;
@@ -201,7 +209,15 @@ static int parse(int argc, char **argv, opts *o) {
     else { fprintf(stderr, "%s: unknown flag %s\n", PROG, a); usage(stderr); return 0; }
     if (!ok) return 0;
   }
-  if (!o->data) {
+  if (o->tokens && (o->data || o->sample > 0)) {
+    fprintf(stderr, "%s: --tokens takes the place of --data, and --sample needs a text (--data)\n", PROG);
+    return 0;
+  }
+  if (o->vocab > 65536 || (o->vocab && !o->tokens)) {
+    fprintf(stderr, "%s: --vocab goes with --tokens and is at most 65536\n", PROG);
+    return 0;
+  }
+  if (!o->data && !o->tokens) {
     o->data_default = 1;
     if (!(o->data = default_corpus())) {
       fprintf(stderr, "%s: no --data FILE given, and neither XDG_DATA_HOME nor HOME is set to find the default "
@@ -234,6 +250,7 @@ static int parse(int argc, char **argv, opts *o) {
 
 typedef struct corpus {
   uint8_t *ids;      /* the text as vocabulary indices */
+  int32_t *tok;      /* or --tokens: the token ids (ids is NULL then) */
   int64_t n, n_train;
   int vocab;
   uint8_t chars[256];  /* index -> byte */
@@ -288,6 +305,49 @@ static int load_corpus(const char *path, int missing_default, int64_t block, cor
   return 1;
 }
 
+/* --tokens FILE: little-endian uint16 token ids, nanoGPT's train.bin format
+ * (one file here: 90/10 split as for text). vocab: --vocab, or the largest
+ * id + 1; an id at or above --vocab is an error. 1, or 0 after saying why. */
+static int load_tokens(const char *path, int64_t vocab, int64_t block, corpus *c) {
+  FILE *f = fopen(path, "rb");
+  long len = -1;
+  if (!f || fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+    fprintf(stderr, "%s: cannot open --tokens %s: %s\n", PROG, path, strerror(errno));
+    if (f) fclose(f);
+    return 0;
+  }
+  int64_t n = len / 2;
+  uint8_t *raw = malloc((size_t)(n ? 2 * n : 1));
+  int32_t *tok = malloc((size_t)(n ? n : 1) * sizeof *tok);
+  int ok = raw && tok && fread(raw, 2, (size_t)n, f) == (size_t)n;
+  fclose(f);
+  if (!ok || len % 2) {
+    fprintf(stderr, "%s: cannot read --tokens %s%s\n", PROG, path, len % 2 ? " (an odd number of bytes: not uint16)" : "");
+    free(raw), free(tok);
+    return 0;
+  }
+  int64_t top = 0;
+  for (int64_t i = 0; i < n; i++) {
+    tok[i] = (int32_t)(raw[2 * i] | raw[2 * i + 1] << 8);
+    if (tok[i] >= top) top = tok[i] + 1;
+  }
+  free(raw);
+  if (vocab && top > vocab) {
+    fprintf(stderr, "%s: --tokens %s holds token id %lld, outside --vocab %lld\n", PROG, path, (long long)top - 1,
+            (long long)vocab);
+    free(tok);
+    return 0;
+  }
+  *c = (corpus){.tok = tok, .n = n, .n_train = n * 9 / 10, .vocab = (int)(vocab ? vocab : top)};
+  if (c->n_train < block + 1 || c->n - c->n_train < block + 1) {
+    fprintf(stderr, "%s: %s has %lld tokens: both the 90%% training and the 10%% validation part need more than "
+                    "--block %lld\n", PROG, path, (long long)n, (long long)block);
+    free(tok);
+    return 0;
+  }
+  return 1;
+}
+
 /* splitmix64: batch offsets (and samples) from --seed, independent of
  * loom's generator. Each step's batches come from a generator seeded by
  * (seed, step), so a resumed run draws the batches the straight run drew. */
@@ -308,15 +368,18 @@ static uint64_t rng_for(int64_t seed, int64_t step) {
 static void batch(const corpus *c, int64_t lo, int64_t hi, int64_t B, int64_t T, uint64_t *rng, int64_t skip,
                   loom_device dev, loom_tensor **x, loom_tensor **y) {
   for (int64_t i = 0; i < skip; i++) rng_next(rng);
-  uint8_t *xb = malloc((size_t)(B * T)), *yb = malloc((size_t)(B * T));
+  size_t w = c->tok ? sizeof *c->tok : 1;  /* text: u8 ids; tokens: i32 */
+  const uint8_t *src = c->tok ? (const uint8_t *)c->tok : c->ids;
+  uint8_t *xb = malloc((size_t)(B * T) * w), *yb = malloc((size_t)(B * T) * w);
   for (int64_t b = 0; xb && yb && b < B; b++) {
     int64_t at = lo + (int64_t)(rng_next(rng) % (uint64_t)(hi - lo - T));
-    memcpy(xb + b * T, c->ids + at, (size_t)T);
-    memcpy(yb + b * T, c->ids + at + 1, (size_t)T);
+    memcpy(xb + (size_t)(b * T) * w, src + (size_t)at * w, (size_t)T * w);
+    memcpy(yb + (size_t)(b * T) * w, src + (size_t)(at + 1) * w, (size_t)T * w);
   }
   int64_t sh[2] = {B, T};
-  *x = xb ? loom_from_host(xb, 2, sh, LOOM_U8, dev) : NULL;
-  *y = yb ? loom_from_host(yb, 2, sh, LOOM_U8, dev) : NULL;
+  loom_dtype dt = c->tok ? LOOM_I32 : LOOM_U8;
+  *x = xb ? loom_from_host(xb, 2, sh, dt, dev) : NULL;
+  *y = yb ? loom_from_host(yb, 2, sh, dt, dev) : NULL;
   free(xb), free(yb);
 }
 
@@ -566,8 +629,9 @@ static int train(opts o, const corpus *c, loom_comm *comm, run *r) {
   }
   if (loom_optimizer_set_schedule(r->opt, &sched, start) != LOOM_OK) return fail("schedule");
   if (!o.quiet) {
-    printf("%s: %s%s: %lld bytes, vocabulary %d, %lld train / %lld val; %s, %lld parameters on %s%s\n", PROG, o.data,
-           o.data_default ? " (the default corpus)" : "", (long long)c->n, c->vocab, (long long)c->n_train,
+    printf("%s: %s%s: %lld %s, vocabulary %d, %lld train / %lld val; %s, %lld parameters on %s%s\n", PROG,
+           o.tokens ? o.tokens : o.data, o.data_default ? " (the default corpus)" : "", (long long)c->n,
+           o.tokens ? "tokens" : "bytes", c->vocab, (long long)c->n_train,
            (long long)(c->n - c->n_train), loom_module_name(m), (long long)loom_module_num_param_elements(m), devname,
            start ? " (resumed)" : "");
     if (world > 1)
@@ -589,6 +653,7 @@ static int train(opts o, const corpus *c, loom_comm *comm, run *r) {
   int64_t end = o.max_steps >= 0 && o.max_steps < o.steps ? o.max_steps : o.steps;
   if (end < start) end = start;
   double train_s = 0, loss_v = NAN;
+  int64_t timed = 0;  /* steps in train_s: all but the run's first when there are more */
   int tty = isatty(1);
   for (int64_t step = start; step < end; step++) {
     if (observe_step_begin(r->obs, step)) return 1;
@@ -611,12 +676,14 @@ static int train(opts o, const corpus *c, loom_comm *comm, run *r) {
       return fail("training step");
     }
     loom_scope_end();
-    train_s += cli_now_s() - t0;
+    /* The run's first step (library set-up, the allocator's first growth, on a GPU the kernels' loading)
+     * is left out of tokens/s when there are more, as the PyTorch twin does. */
+    if (step > start || end - start == 1) train_s += cli_now_s() - t0, timed++;
     /* No accuracy for a language model: logged as 0. */
     observe_step os = {.global_step = step, .samples = o.batch, .logged = true, .loss = loss_v,
                        .lr = loom_optimizer_get_lr(r->opt), .loss_scale = loom_scaler_get_scale(r->scaler)};
     if (observe_step_end(r->obs, &os)) return 1;
-    double tps = (double)((step + 1 - start) * o.batch * world * o.block) / train_s;
+    double tps = train_s > 0 ? (double)(timed * o.batch * world * o.block) / train_s : 0;
     /* The shared progress line counts samples: sequences of --block tokens (rank 0's loss). */
     cli_progress((cli_progress_style){50, 8, 1}, tty, o.quiet, 1, 1, step + 1, o.steps, loss_v, tps / (double)o.block);
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps && eval_seen) {
@@ -639,7 +706,7 @@ static int train(opts o, const corpus *c, loom_comm *comm, run *r) {
   if (isnan(val)) return fail("evaluation");
   if (rank != 0) return 0;
   if (tty && !o.quiet) printf("\n");
-  double tps = train_s > 0 ? (double)((end - start) * o.batch * world * o.block) / train_s : 0;
+  double tps = train_s > 0 ? (double)(timed * o.batch * world * o.block) / train_s : 0;
   if (r->csv) fprintf(r->csv, "%lld,%.6f,%.6f,%.6g,%.0f\n", (long long)end, loss_v, val, loom_optimizer_get_lr(r->opt), tps);
   observe_epoch oe = {end, loss_v, 0.0, tps / (double)o.block, 0.0, loom_optimizer_get_lr(r->opt), 1.0};
   if (observe_epoch_end(r->obs, &oe)) return 1;
@@ -670,12 +737,13 @@ int main(int argc, char **argv) {
   if (!parse(argc, argv, &o)) return 2;
   loom_device dev;
   if (loom_device_parse(o.device, &dev) != LOOM_OK) return fail("--device");
-  corpus c;
+  corpus c = {0};
   /* Read once per process; the replicas of --gpus share it. */
-  if (!load_corpus(o.data, o.data_default, o.block, &c)) return o.data_default ? 2 : 1;
+  if (o.tokens ? !load_tokens(o.tokens, o.vocab, o.block, &c) : !load_corpus(o.data, o.data_default, o.block, &c))
+    return o.data_default ? 2 : 1;
   if (o.threads > 0) loom_set_num_threads((int)o.threads);  /* 0: loom's default (lib/dist: cores / local ranks) */
   shared s = {&o, &c};
   int rc = session_run(PROG, o.device, dev, o.gpus, train_replica, &s);
-  free(c.ids);
+  free(c.ids), free(c.tok);
   return rc;
 }
