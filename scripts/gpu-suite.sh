@@ -373,6 +373,8 @@ step linear_cuda_f32 --gpu --needs "$B/bench/bench_linear_cuda" --budget 60 -- "
 # Fused attention (loom's kernels) against matmul + softmax + matmul at GPT-2's shapes (issue 28).
 step attention_cuda_f32 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 f32"
 step attention_cuda_bf16 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 bf16"
+# GPT-2 124M at T=1024 in bf16, loom-gpt vs the PyTorch twin with SDPA (issue 28's GPU target).
+step gpt2_bf16_vs_pytorch --gpu --needs "$B/examples/loom-gpt" --budget 120 -- "sh '$ROOT/bench/gpt/run_gpt2_gpu.sh' --build '$B' --python '$PY' --rounds 2 --steps 20"
 step op_overhead_vs_pytorch --gpu --needs "$B/bench/bench_op_overhead" --budget 60 -- "LOOM_PYTHON='$PY' '$ROOT/bench/op_overhead/run_op_overhead.sh' --device cuda --build '$B' --rounds 3 --iters 100000"
 EPOCHS=3
 ((QUICK)) && EPOCHS=1
