@@ -70,9 +70,11 @@
  * --precision fp16|bf16: mixed precision (gpt.h), with dynamic loss
  * scaling for fp16.
  *
- * Not yet: the CUDA kernels of the attention, embedding and LayerNorm ops
- * (lib/ops/cuda, being written): until they land a CUDA run stops at the
- * first of them, naming it. */
+ * Every op the model uses has a CUDA kernel (lib/ops/cuda: attention.cu,
+ * softmax/embedding/layer_norm/linear_ce), but none of the transformer
+ * kernels has run on a GPU yet (docs/gpu-bringup.md §6): a CUDA run of
+ * loom-gpt is unproven. An op that refuses a shape on CUDA (attention's head
+ * dim above 256) stops the run with loom's error naming it. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
