@@ -3,12 +3,12 @@
  * of all the gradients together, and every gradient scaled in place by
  * max_norm / (norm + 1e-6) when that is below 1. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "loom/autograd.h"
 #include "loom/optim.h"
 #include "loom/ops.h"
 #include "core/error.h"
+#include "core/sys.h"
 
 /* Sum of squares of g: computed in f32 on g's device (16-bit gradients
  * widened first), a 0-d f32 tensor there. */
@@ -32,8 +32,8 @@ static loom_status total_squares(loom_tensor *const *params, int n, double *out)
   if (first < 0) return LOOM_OK;
   int64_t len = n;
   loom_tensor *buf = loom_zeros(1, &len, LOOM_F32, dev0);
-  float *host = malloc((size_t)n * sizeof *host);
-  double *other = calloc((size_t)n, sizeof *other);
+  float *host = loom_sys_malloc((size_t)n * sizeof *host);
+  double *other = loom_sys_calloc((size_t)n, sizeof *other);
   loom_status st = buf && host && other ? LOOM_OK : loom_set_error(LOOM_ERR_OOM, "clip_grad_norm: %d sums", n);
   const int64_t one = 1;
   for (int i = first; i < n && st == LOOM_OK; i++) {
@@ -52,7 +52,7 @@ static loom_status total_squares(loom_tensor *const *params, int n, double *out)
     loom_error_prefix("clip_grad_norm: reading the sums back");
   double total = 0;
   for (int i = 0; i < n && st == LOOM_OK; i++) total += (double)host[i] + other[i];  /* one of the two is 0 */
-  free(host), free(other);
+  loom_sys_free(host), loom_sys_free(other);
   *out = total;
   return st;
 }
