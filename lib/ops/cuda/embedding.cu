@@ -3,7 +3,7 @@
  * Forward: a gather, one thread per output element (rows copied as raw
  *   elements: no rounding).
  * Backward: a deterministic scatter-add. The (index, position) pairs are
- *   sorted stably by index (CUB's radix sort: positions stay ascending
+ *   sorted stably by index (a counting sort, k_counting_sort: positions stay ascending
  *   within an index), so the positions that add into one row of dweight
  *   sit together in order; then one block per such segment and column tile
  *   sums them, a thread per column, in f32, in position order (the CPU
@@ -13,7 +13,6 @@
  *   row, backward skips the position, and the first bad position goes to
  *   the deferred error record (device/deferred.c), reported at the next call
  *   that waits for the GPU, as cross-entropy's labels are. */
-#include <cub/device/device_radix_sort.cuh>
 
 #include "ops/cuda/cuda_dtype.cuh"
 #include "ops/cuda/row_reduce.cuh"
@@ -106,24 +105,35 @@ static __global__ void k_segment_sum(const T *gy, int64_t D, int64_t V, const in
   dw[(int64_t)v * D + j] = loom_from_f<T>(acc);
 }
 
-static int key_bits(int64_t V) {
-  int b = 1;
-  while (b < 31 && ((int64_t)1 << b) <= V) b++; /* keys 0..V */
-  return b;
+/* A stable counting sort of the keys (0..V, V = bad) with their positions,
+ * by one GPU thread: O(n + V) serial steps (about 60 k for a GPT-2 step's
+ * 8 k tokens and 50 k vocabulary). Written instead of CUB's radix sort,
+ * whose header-only templates put C++ symbols (cub::, cuda::std::, NVTX)
+ * into libloom.a, which must define loom_* symbols only (abi_exports).
+ * Simple first; to be replaced by a parallel sort once a GPU can time it. */
+static __global__ void k_counting_sort(const int32_t *key_in, int64_t n, int64_t V, int32_t *count,
+                                       int32_t *key_out, int32_t *pos_out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (int64_t v = 0; v <= V; v++) count[v] = 0;
+  for (int64_t i = 0; i < n; i++) count[key_in[i]]++;
+  int32_t run = 0;
+  for (int64_t v = 0; v <= V; v++) {
+    int32_t c = count[v];
+    count[v] = run;
+    run += c;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    int32_t at = count[key_in[i]]++;
+    key_out[at] = key_in[i];
+    pos_out[at] = (int32_t)i;
+  }
 }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static size_t sort_temp_bytes(int64_t n, int64_t V) {
-  size_t t = 0;
-  cub::DeviceRadixSort::SortPairs(NULL, t, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
-                                  (int32_t *)NULL, (int)n, 0, key_bits(V));
-  return t;
-}
-
 extern "C" size_t loom_cu_embedding_bwd_scratch(int64_t n, int64_t V) {
   if (n == 0) return 0;
-  return 4 * align256((size_t)n * sizeof(int32_t)) + align256(sort_temp_bytes(n, V));
+  return 4 * align256((size_t)n * sizeof(int32_t)) + align256((size_t)(V + 1) * sizeof(int32_t));
 }
 
 extern "C" cudaError_t loom_cu_embedding_bwd(int dt, const void *gy, int64_t V, int64_t D, int idt, const void *idx,
@@ -140,12 +150,12 @@ extern "C" cudaError_t loom_cu_embedding_bwd(int dt, const void *gy, int64_t V, 
   char *p = (char *)scratch;
   int32_t *key_in = (int32_t *)p, *key_out = (int32_t *)(p + a), *pos_in = (int32_t *)(p + 2 * a),
           *pos_out = (int32_t *)(p + 3 * a);
-  void *temp = p + 4 * a;
-  size_t temp_bytes = scratch_bytes - 4 * a;
+  int32_t *count = (int32_t *)(p + 4 * a);
   k_keys<<<loom_grid_for(n), 256, 0, s>>>(idt, idx, n, V, key_in, pos_in, bad);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key_in, key_out, pos_in, pos_out, (int)n, 0, key_bits(V), s);
+  k_counting_sort<<<1, 1, 0, s>>>(key_in, n, V, count, key_out, pos_out);
+  e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   if (D > 0) {
     const unsigned gc = (unsigned)((D + 255) / 256);
