@@ -37,23 +37,10 @@ static loom_status gemm(loom_cuda_ctx *c, bool ta, bool tb, int64_t M, int64_t N
     if (beta == 0.0f) LOOM_CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)(M * ldc) * sizeof(float), c->stream));
     return LOOM_OK;
   }
-  loom_lt_gemm g;
-  memset(&g, 0, sizeof g);
-  g.dt = LOOM_F32;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.lda = lda;
-  g.B = B;
-  g.ldb = ldb;
-  g.C = C;
-  g.ldc = ldc;
-  g.batch = 1;
-  g.epilogue = CUBLASLT_EPILOGUE_DEFAULT; /* always runs (cublasGemmEx when cuBLASLt has no algorithm) */
-  g.beta = beta;
+  loom_lt_gemm g = {.dt = LOOM_F32, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                    .A = A, .lda = lda, .B = B, .ldb = ldb, .C = C, .ldc = ldc, .batch = 1,
+                    /* DEFAULT always runs (cublasGemmEx when cuBLASLt has no algorithm) */
+                    .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .beta = beta};
   return loom_lt_gemm_run(c, &g);
 }
 

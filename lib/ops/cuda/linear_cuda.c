@@ -111,25 +111,9 @@ static loom_status gemm(loom_cuda_ctx *c, loom_dtype dt, bool ta, bool tb, int64
     if (epi != CUBLASLT_EPILOGUE_DEFAULT) return LOOM_ERR_UNSUPPORTED;
     return zero(c, C);
   }
-  loom_lt_gemm g;
-  memset(&g, 0, sizeof g);
-  g.dt = dt;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.lda = lda;
-  g.B = B;
-  g.ldb = ldb;
-  g.C = loom_tensor_ptr(C);
-  g.ldc = N;
-  g.batch = 1;
-  g.epilogue = epi;
-  g.bias = bias;
-  g.aux = aux;
-  g.aux_ld = aux_ld;
+  loom_lt_gemm g = {.dt = dt, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                    .A = A, .lda = lda, .B = B, .ldb = ldb, .C = loom_tensor_ptr(C), .ldc = N, .batch = 1,
+                    .epilogue = epi, .bias = bias, .aux = aux, .aux_ld = aux_ld};
   return loom_lt_gemm_run(c, &g);
 }
 

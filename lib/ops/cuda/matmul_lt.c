@@ -438,25 +438,11 @@ loom_status loom_cuda_matmul(loom_op_args *a) {
   if (st == LOOM_OK) st = batch_layout(&gx, o, batches, &sx);
   if (st == LOOM_OK) st = batch_layout(&gy, o, batches, &sy);
   if (st == LOOM_OK) {
-    loom_lt_gemm g;
-    memset(&g, 0, sizeof g);
-    g.dt = o->dtype;
-    g.trans_a = ta != gx.flip;
-    g.trans_b = tb != gy.flip;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.A = loom_tensor_ptr(gx.t);
-    g.lda = gx.ld;
-    g.sa = sx;
-    g.B = loom_tensor_ptr(gy.t);
-    g.ldb = gy.ld;
-    g.sb = sy;
-    g.C = loom_tensor_ptr(o);
-    g.ldc = N;
-    g.sc = M * N;
-    g.batch = batches;
-    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    loom_lt_gemm g = {.dt = o->dtype, .trans_a = ta != gx.flip, .trans_b = tb != gy.flip, .M = M, .N = N, .K = K,
+                      .A = loom_tensor_ptr(gx.t), .lda = gx.ld, .sa = sx,
+                      .B = loom_tensor_ptr(gy.t), .ldb = gy.ld, .sb = sy,
+                      .C = loom_tensor_ptr(o), .ldc = N, .sc = M * N, .batch = batches,
+                      .epilogue = CUBLASLT_EPILOGUE_DEFAULT};
     st = loom_lt_gemm_run(ctx, &g);  /* a DEFAULT epilogue always runs (cublasGemmEx when cuBLASLt has none) */
   }
   loom_tensor_release(gx.t);
