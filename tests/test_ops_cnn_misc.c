@@ -239,6 +239,37 @@ DEVICE_TEST(add_relu, a_may_broadcast_too) {
                    LOOM_F32, want, 0, 0, "add_relu with a broadcast");
 }
 
+/* add_relu hands one gradient tensor to both of its inputs; the engine lets
+ * two nodes' pending gradients share it and must copy before adding into a
+ * shared one. Here u is both add_relu's first input and w's, and the
+ * gradients of u and v must stay apart (z = add_relu(u, v) + 5u, u = 2x,
+ * v = 3x: dz/dx = gz (2 (m + 5) + 3 m), m = [5x > 0]). Backward runs nodes
+ * in reverse recording order: with w recorded between v and add_relu,
+ * w adds into u's gradient while v's still shares it (the copy-on-write
+ * case); with w recorded last, w's part is in u's slot first. */
+DEVICE_TEST(add_relu, shared_gradient_is_copied_before_an_add) {
+  tk_seed(323);
+  int64_t sh[2] = {4, 6}, n = 24;
+  for (int order = 0; order < 2; order++) {
+    double *xv, *gv = tk_rand_vals(n, -1, 1, 0, LOOM_F32), want[24];
+    loom_tensor *x = tk_rand_tensor(2, sh, -2, 2, 0.1, LOOM_F32, dev, &xv);
+    loom_set_requires_grad(x, true);
+    loom_tensor *u = loom_mul_scalar(x, 2), *v = loom_mul_scalar(x, 3), *w = NULL, *y;
+    if (order == 0) w = loom_mul_scalar(u, 5);
+    y = loom_add_relu(u, v);
+    if (order == 1) w = loom_mul_scalar(u, 5);
+    loom_tensor *z = loom_add(y, w);
+    cr_assert_eq(loom_backward_with(z, tk_tensor(gv, 2, sh, LOOM_F32, dev)), LOOM_OK, "%s", loom_last_error());
+    for (int64_t k = 0; k < n; k++) {
+      double m = (float)(2 * (float)xv[k]) + (float)(3 * (float)xv[k]) > 0 ? 1 : 0;
+      want[k] = gv[k] * (2 * (m + 5) + 3 * m);
+    }
+    tk_assert_tensor(loom_grad(x), 2, sh, LOOM_F32, want, 1e-5, 1e-5,
+                     order ? "dx, 5u recorded after add_relu" : "dx, 5u recorded between v and add_relu");
+    free(xv), free(gv);
+  }
+}
+
 static loom_tensor *ar_fn(loom_tensor **in, void *c) {
   (void)c;
   return loom_add_relu(loom_to_memory_format(in[0], LOOM_FORMAT_NHWC), in[1]);

@@ -75,10 +75,15 @@ static loom_tensor *clone_raw(loom_tensor *g, bool want_nhwc) {
   return c;
 }
 
-/* Add g (a reference the engine holds) into *slot. */
-static loom_status accumulate(loom_tensor **slot, loom_tensor *g, bool want_nhwc) {
+/* Add g (a reference the engine holds) into *slot. A node's pending
+ * gradient may share g with another slot (add_relu hands one tensor to
+ * both of its inputs): the first addition into a slot still shared then
+ * copies it (copy on write), and the node that receives it sees gy as not
+ * exclusive. A leaf's grad is the user's and the optimizer's, who scale it
+ * in place: it never shares. */
+static loom_status accumulate(loom_tensor **slot, loom_tensor *g, bool want_nhwc, bool may_share) {
   if (!*slot) {
-    if (exclusive(g) && in_layout(g, want_nhwc)) {
+    if ((may_share || exclusive(g)) && in_layout(g, want_nhwc)) {
       *slot = g;
       return LOOM_OK;
     }
@@ -87,6 +92,15 @@ static loom_status accumulate(loom_tensor **slot, loom_tensor *g, bool want_nhwc
     if (!c) return loom_last_status();
     *slot = c;
     return LOOM_OK;
+  }
+  if (may_share && !exclusive(*slot)) {
+    loom_tensor *c = clone_raw(*slot, want_nhwc);
+    if (!c) {
+      loom_tensor_release(g);
+      return loom_last_status();
+    }
+    loom_tensor_release(*slot);
+    *slot = c;
   }
   loom_status st = loom_add_inplace(*slot, g);
   loom_tensor_release(g);
@@ -221,10 +235,10 @@ static loom_status run_backward(loom_tensor *root, loom_tensor *seed) {
         continue;
       }
       if (n->next[k].node) {
-        st = accumulate(&n->next[k].node->pending_grad, gx[k], n->next[k].node->out_nhwc);
+        st = accumulate(&n->next[k].node->pending_grad, gx[k], n->next[k].node->out_nhwc, true);
       } else {
         loom_tensor *leaf = n->next[k].leaf;
-        st = accumulate(&leaf->grad, gx[k], nhwc(leaf));
+        st = accumulate(&leaf->grad, gx[k], nhwc(leaf), false);
         leaf_count *lc = find_leaf(leaves, nleaves, leaf);
         if (st == LOOM_OK && lc && --lc->remaining == 0 && leaf->hook) leaf->hook(leaf, leaf->grad, leaf->hook_user);
       }
@@ -281,7 +295,7 @@ loom_status loom_backward_with(loom_tensor *out, loom_tensor *grad_out) {
        * complete, so its grad-ready hook fires as for any other leaf. */
       loom_tensor *g = clone_raw(grad_out, nhwc(out));
       if (!g) return loom_last_status();
-      loom_status st = accumulate(&out->grad, g, nhwc(out));
+      loom_status st = accumulate(&out->grad, g, nhwc(out), false);
       if (st == LOOM_OK && out->hook) out->hook(out, out->grad, out->hook_user);
       return st;
     }

@@ -61,19 +61,23 @@ LOOM_GRAD_RULE(loom_grad_dropout) {
 }
 
 LOOM_GRAD_RULE(loom_grad_add_relu) {
-  /* One pass over gy and y writes the masked gradient once per input that
-   * needs it: two exclusive buffers cost one write, where handing the same
-   * tensor to both would make the engine copy it. */
+  /* Both inputs get the same masked gradient: one pass over gy and y writes
+   * it once and both take that one tensor. The engine lets nodes share a
+   * pending gradient and copies only if one is added into while still
+   * shared, which a residual block never does (its branch has run and let
+   * go before the shortcut's other gradient arrives), so the second full
+   * write is gone. A leaf input gets its own copy (leaf grads never share). */
   loom_tensor *y = n->saved_out[0];
   loom_op_args a = {.in = {in_format(gy, loom_cnn_format(y)), y}, .n_in = 2};
   if (!a.in[0]) return loom_last_status();
+  bool both = NEED(0) && NEED(1);
   a.i[0] = NEED(0);
-  a.i[1] = NEED(1);
+  a.i[1] = NEED(1) && !both;
   loom_op_run(LOOM_OP_ADD_RELU_BACKWARD, &a);
   for (int k = 0; k < 2; k++)
-    if (NEED(k) && !a.out[k]) return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
+    if (a.i[k] && !a.out[k]) return loom_last_status() != LOOM_OK ? loom_last_status() : LOOM_ERR_INTERNAL;
   gx[0] = a.out[0];
-  gx[1] = a.out[1];
+  gx[1] = both ? a.out[0] : a.out[1];
   return LOOM_OK;
 }
 
