@@ -100,8 +100,11 @@ static inline T emu_exchange(T v, unsigned from) {
   return r;
 }
 
-static inline float emu_shfl_xor(float v, int o) { return emu_exchange(v, (threadIdx.x % 32) ^ (unsigned)o); }
-static inline int emu_shfl(int v, int src) { return emu_exchange(v, (unsigned)src); }
+/* Any type of up to 8 bytes, exchanged bit for bit (a double stays one). */
+template <typename T>
+static inline T emu_shfl_xor(T v, int o) { return emu_exchange(v, (threadIdx.x % 32) ^ (unsigned)o); }
+template <typename T>
+static inline T emu_shfl(T v, int src) { return emu_exchange(v, (unsigned)src); }
 
 /* The lanes of this warp whose value equals this lane's. */
 static inline unsigned emu_match_any(int v) {

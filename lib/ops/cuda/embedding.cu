@@ -163,10 +163,12 @@ static __global__ void __launch_bounds__(SCAN_THREADS) k_scan(int32_t *count, in
 static __global__ void k_scatter(const int32_t *key_in, int64_t n, int32_t *cursor, int32_t *key_out,
                                  int32_t *pos_out) {
   const unsigned lane = threadIdx.x;
+  int32_t ahead = (int64_t)lane < n ? key_in[lane] : -1; /* -1: no real key (keys are 0..V) */
   for (int64_t base = 0; base < n; base += 32) {
     const int64_t i = base + lane;
     const bool live = i < n;
-    const int32_t k = live ? key_in[i] : -1; /* -1: no real key (keys are 0..V) */
+    const int32_t k = ahead;
+    ahead = i + 32 < n ? key_in[i + 32] : -1; /* next round's key, off the cursor's dependent path */
     const unsigned same = __match_any_sync(0xffffffffu, k);
     if (live) {
       const int32_t at = cursor[k] + __popc(same & ((1u << lane) - 1u));
