@@ -53,12 +53,14 @@ static bool emu_reverse; /* run a block's threads in descending order */
 struct emu_barrier {
   unsigned need, arrived, gen;
 };
+#define EMU_STACK (64 * 1024) /* bytes of stack per emulated thread */
 struct emu_thread {
   ucontext_t ctx;
-  std::vector<char> stack;
+  char *stack; /* EMU_STACK bytes of emu_stacks, kept across launches */
   emu_barrier *wait;  /* NULL: runnable */
   unsigned gen;
   bool done;
+  bool made = false; /* ctx has been through getcontext */
 };
 struct emu_block {
   ucontext_t sched;
@@ -124,12 +126,15 @@ static void emu_trampoline() {
 }
 
 /* A fresh context for t, starting at emu_trampoline (out of line: getcontext
- * returns twice, so the caller's loop variables stay out of its frame). */
+ * returns twice, so the caller's loop variables stay out of its frame).
+ * getcontext (a system call, for the signal mask) once per thread of a
+ * launch; later blocks only re-make the context on the same stack. */
 static void __attribute__((noinline)) emu_make_thread(emu_thread &t, emu_block &b) {
   t.wait = nullptr, t.done = false;
-  getcontext(&t.ctx);
-  t.ctx.uc_stack.ss_sp = t.stack.data();
-  t.ctx.uc_stack.ss_size = t.stack.size();
+  if (!t.made) getcontext(&t.ctx);
+  t.made = true;
+  t.ctx.uc_stack.ss_sp = t.stack;
+  t.ctx.uc_stack.ss_size = EMU_STACK;
   t.ctx.uc_link = &b.sched;
   makecontext(&t.ctx, emu_trampoline, 0);
 }
@@ -168,7 +173,14 @@ static inline void emu_launch(dim3 grid, unsigned block, const std::function<voi
   b.all = {block, 0, 0};
   for (unsigned w = 0; w < 32; w++) b.warp[w] = {32, 0, 0};
   b.th.resize(block);
-  for (auto &t : b.th) t.stack.resize(64 * 1024);
+  /* Stacks come from a pool that outlives the launch: allocating (and
+   * zeroing) 64 KiB per thread per launch cost more than the kernels. */
+  static std::vector<std::vector<char>> emu_stacks;
+  if (emu_stacks.size() < block) emu_stacks.resize(block);
+  for (unsigned i = 0; i < block; i++) {
+    if (emu_stacks[i].empty()) emu_stacks[i].resize(EMU_STACK);
+    b.th[i].stack = emu_stacks[i].data();
+  }
   g_emu = &b;
   blockDim = {block, 1, 1};
   gridDim = {grid.x, grid.y, grid.z};

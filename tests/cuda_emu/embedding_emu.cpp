@@ -207,11 +207,12 @@ int main() {
   run(allbad, 0, true);
 
   /* User sizes: a GPT-2 step's tokens, and a character-level vocabulary
-   * (segments of ~200 positions; and one segment of every position). One
-   * run each: k_segment_sum's n blocks of 256 threads dominate the time. */
+   * (segments of ~200 positions; and one segment of every position).
+   * k_segment_sum's n blocks of 256 threads dominate the time. */
   run({"GPT-2 tokens", 8192, 50257, 64, 4, RANDOM, {{5000, 50257}, {6000, -1}}}, 0, false);
+  run({"GPT-2 tokens", 8192, 50257, 64, 3, RANDOM, {}}, 2, true);
   run({"characters", 16384, 84, 64, 5, RANDOM, {}}, 2, true);
-  run({"characters, one index", 4096, 84, 8, 3, SAME, {}}, 0, false);
+  run({"characters, one index", 16384, 84, 8, 3, SAME, {}}, 0, false);
   printf("%s: %d failing case(s)\n", fails ? "FAIL" : "ok", failed_cases);
   return fails ? 1 : 0;
 }

@@ -127,8 +127,8 @@ static __global__ void k_segment_sum(const T *gy, int64_t D, int64_t V, const in
  *      same key; the highest lane of each key then advances count[key] by
  *      the group's size. Positions arrive in ascending order and each takes
  *      the next free slot of its key, so within a key they stay ascending:
- *      the order k_counting_sort gave, bit for bit. n / 32 dependent steps
- *      (512 for 16 k tokens) instead of n + V.
+ *      the order of the serial counting sort this replaced, bit for bit.
+ *      n / 32 dependent steps (512 for 16 k tokens) instead of n + V.
  * tests/cuda_emu/embedding_emu.cpp runs these kernels on the CPU. */
 
 #define SCAN_THREADS 1024
