@@ -146,6 +146,7 @@ static void run(const ecase &c, int dt, bool rev) {
       const int64_t at = start[(size_t)v]++;
       want_key[(size_t)at] = (int32_t)v, want_pos[(size_t)at] = (int32_t)i;
     }
+    /* The scratch as loom_cu_embedding_bwd lays it out: key_in, key_out, pos_out, count. */
     const size_t a = align256((size_t)n * sizeof(int32_t));
     const int32_t *key_out = (const int32_t *)((const char *)scratch.data() + a),
                   *pos_out = (const int32_t *)((const char *)scratch.data() + 2 * a);
@@ -196,6 +197,7 @@ int main() {
       {"bad -1 and V", 50, 10, 4, 4, RANDOM, {{17, -1}, {9, 10}, {40, 10}}},
       {"bad V only, u8", 90, 84, 6, 5, RANDOM, {{3, 84}, {89, 255}}},
       {"no indices", 0, 9, 4, 4, RANDOM, {}},
+      {"no rows: every index bad", 5, 0, 3, 4, SAME, {}},
       {"D = 0", 33, 8, 0, 4, RANDOM, {{20, 8}}},
   };
   for (const ecase &c : small)
