@@ -15,9 +15,10 @@
  * int / unsigned long long) are plain read-modify-writes: threads switch
  * only at barriers, so none can come between. Grids may be 2-D or 3-D
  * (blockIdx, gridDim); blocks are 1-D (blockDim.x). Between barriers the
- * threads run in ascending order, or descending with emu_reverse set: a
- * kernel that is right in both orders does not lean on one of them for
- * what needs a barrier. What this does not model: memory ordering without
+ * threads run one at a time in ascending order (the last to reach a
+ * barrier going on first), or descending with emu_reverse set: a kernel
+ * that is right in both orders does not lean on one of them for what
+ * needs a barrier. What this does not model: memory ordering without
  * barriers beyond those two orders, warp divergence (a shuffle that some
  * lanes skip deadlocks, and the scheduler aborts saying so), launch
  * limits, and speed.
@@ -108,14 +109,16 @@ static inline T emu_shfl_xor(T v, int o) { return emu_exchange(v, (threadIdx.x %
 template <typename T>
 static inline T emu_shfl(T v, int src) { return emu_exchange(v, (unsigned)src); }
 
-/* The lanes of this warp whose value equals this lane's. */
-static inline unsigned emu_match_any(int v) {
+/* The lanes of this warp whose value has this lane's bits. */
+template <typename T>
+static inline unsigned emu_match_any(T v) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "one buffer word");
   const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
-  g_emu->xbuf[w][l] = (uint64_t)(uint32_t)v;
+  memcpy(&g_emu->xbuf[w][l], &v, sizeof v);
   emu_syncwarp();
   unsigned m = 0;
   for (unsigned k = 0; k < 32; k++)
-    if (g_emu->xbuf[w][k] == (uint64_t)(uint32_t)v) m |= 1u << k;
+    if (!memcmp(&g_emu->xbuf[w][k], &v, sizeof v)) m |= 1u << k;
   emu_syncwarp();
   return m;
 }
