@@ -3,12 +3,14 @@
  * Forward: a gather, one thread per output element (rows copied as raw
  *   elements: no rounding).
  * Backward: a deterministic scatter-add. The (index, position) pairs are
- *   sorted stably by index (a counting sort, k_counting_sort: positions stay ascending
- *   within an index), so the positions that add into one row of dweight
- *   sit together in order; then one block per such segment and column tile
- *   sums them, a thread per column, in f32, in position order (the CPU
- *   kernel's order) and writes the row once. No atomics: the same bits on
- *   every run, in deterministic mode or not; rows no index names stay zero.
+ *   sorted stably by index (a parallel counting sort: an atomic histogram,
+ *   a one-block scan, then one warp placing 32 positions per step, so
+ *   positions stay ascending within an index; see "The sort" below), so
+ *   the positions that add into one row of dweight sit together in order;
+ *   then one block per such segment and column tile sums them, a thread
+ *   per column, in f32, in position order (the CPU kernel's order) and
+ *   writes the row once. No float atomics: the same bits on every run, in
+ *   deterministic mode or not; rows no index names stay zero.
  * Bad indices (outside [0, V)) cannot stop the host: forward writes a zero
  *   row, backward skips the position, and the first bad position goes to
  *   the deferred error record (device/deferred.c), reported at the next call
@@ -17,6 +19,12 @@
 #include "ops/cuda/cuda_dtype.cuh"
 #include "ops/cuda/row_reduce.cuh"
 #include "ops/cuda/transformer_launch.h"
+
+/* Kernel launches go through this macro so that tests/cuda_emu can run the
+ * same kernels on the CPU (it defines its own before including this file). */
+#ifndef LOOM_CU_LAUNCH
+#define LOOM_CU_LAUNCH(kern, grid, block, stream, ...) kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
 
 #define DEFERRED_EMBEDDING 1          /* LOOM_DEFERRED_EMBEDDING (device_internal.h) */
 #define DEFERRED_EMBEDDING_BACKWARD 2 /* LOOM_DEFERRED_EMBEDDING_BACKWARD */
@@ -65,19 +73,20 @@ extern "C" cudaError_t loom_cu_embedding_fwd(int dt, const void *w, int64_t V, i
   if (n == 0) return cudaSuccess;
   /* D = 0 copies nothing but still checks (the CPU does). */
   const unsigned g = loom_grid_for(D > 0 ? n * D : n);
-  if (D == 0) k_check<<<g, 256, 0, s>>>(idt, idx, n, V, bad);
-  else if (dt == 0) k_gather<uint32_t><<<g, 256, 0, s>>>((const uint32_t *)w, V, D, idt, idx, n, (uint32_t *)out, bad);
-  else k_gather<uint16_t><<<g, 256, 0, s>>>((const uint16_t *)w, V, D, idt, idx, n, (uint16_t *)out, bad);
+  if (D == 0) LOOM_CU_LAUNCH(k_check, g, 256, s, idt, idx, n, V, bad);
+  else if (dt == 0) LOOM_CU_LAUNCH(k_gather<uint32_t>, g, 256, s, (const uint32_t *)w, V, D, idt, idx, n, (uint32_t *)out, bad);
+  else LOOM_CU_LAUNCH(k_gather<uint16_t>, g, 256, s, (const uint16_t *)w, V, D, idt, idx, n, (uint16_t *)out, bad);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  k_publish<<<1, 1, 0, s>>>(bad, rec, DEFERRED_EMBEDDING, idt, idx, V);
+  LOOM_CU_LAUNCH(k_publish, 1, 1, s, bad, rec, DEFERRED_EMBEDDING, idt, idx, V);
   return cudaGetLastError();
 }
 
 /* ---- backward ------------------------------------------------------------ */
 
-/* Keys (the index; V for a bad one, sorted last and skipped) and positions. */
-static __global__ void k_keys(int idt, const void *idx, int64_t n, int64_t V, int32_t *key, int32_t *pos,
+/* Keys (the index; V for a bad one, sorted last and skipped), counted
+ * into count[0..V] (zeroed before). */
+static __global__ void k_keys(int idt, const void *idx, int64_t n, int64_t V, int32_t *key, int32_t *count,
                               unsigned long long *bad) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t v = loom_index_at(idx, idt, i);
@@ -86,7 +95,7 @@ static __global__ void k_keys(int idt, const void *idx, int64_t n, int64_t V, in
       v = V;
     }
     key[i] = (int32_t)v;
-    pos[i] = (int32_t)i;
+    atomicAdd(&count[v], 1);
   }
 }
 
@@ -105,35 +114,79 @@ static __global__ void k_segment_sum(const T *gy, int64_t D, int64_t V, const in
   dw[(int64_t)v * D + j] = loom_from_f<T>(acc);
 }
 
-/* A stable counting sort of the keys (0..V, V = bad) with their positions,
- * by one GPU thread: O(n + V) serial steps (about 60 k for a GPT-2 step's
- * 8 k tokens and 50 k vocabulary). Written instead of CUB's radix sort,
- * whose header-only templates put C++ symbols (cub::, cuda::std::, NVTX)
- * into libloom.a, which must define loom_* symbols only (abi_exports).
- * Simple first; to be replaced by a parallel sort once a GPU can time it. */
-static __global__ void k_counting_sort(const int32_t *key_in, int64_t n, int64_t V, int32_t *count,
-                                       int32_t *key_out, int32_t *pos_out) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  for (int64_t v = 0; v <= V; v++) count[v] = 0;
-  for (int64_t i = 0; i < n; i++) count[key_in[i]]++;
-  int32_t run = 0;
-  for (int64_t v = 0; v <= V; v++) {
-    int32_t c = count[v];
+/* The sort: a stable counting sort of the keys (0..V; V = bad) with their
+ * positions, in three parallel steps instead of one GPU thread's O(n + V)
+ * serial loop (CUB's radix sort, which it replaced, put C++ symbols into
+ * libloom.a; abi_exports allows loom_* only).
+ *   1. k_keys: count[key] += 1 by atomicAdd on int32 (integer sums: the
+ *      same counts in any order).
+ *   2. k_scan: count becomes its exclusive prefix sum (the first slot of
+ *      each key), by one block.
+ *   3. k_scatter: one warp walks the positions 32 at a time, in order. A
+ *      lane's slot is count[key] + the number of lower lanes holding the
+ *      same key; the highest lane of each key then advances count[key] by
+ *      the group's size. Positions arrive in ascending order and each takes
+ *      the next free slot of its key, so within a key they stay ascending:
+ *      the order of the serial counting sort this replaced, bit for bit.
+ *      n / 32 dependent steps (512 for 16 k tokens) instead of n + V.
+ * tests/cuda_emu/embedding_emu.cpp runs these kernels on the CPU. */
+
+#define SCAN_THREADS 1024
+
+/* count[0..m) <- its exclusive prefix sum. One block: thread t sums a
+ * contiguous chunk, the block scans the chunk sums in shared memory
+ * (Hillis-Steele, double-buffered), then each thread rewrites its chunk. */
+static __global__ void __launch_bounds__(SCAN_THREADS) k_scan(int32_t *count, int64_t m) {
+  __shared__ int32_t part[2][SCAN_THREADS];
+  const int t = (int)threadIdx.x;
+  const int64_t chunk = (m + SCAN_THREADS - 1) / SCAN_THREADS;
+  const int64_t lo = t * chunk < m ? t * chunk : m, hi = lo + chunk < m ? lo + chunk : m;
+  int32_t s = 0;
+  for (int64_t v = lo; v < hi; v++) s += count[v];
+  int b = 0;
+  part[0][t] = s;
+  __syncthreads();
+  for (int o = 1; o < SCAN_THREADS; o <<= 1) {
+    part[b ^ 1][t] = part[b][t] + (t >= o ? part[b][t - o] : 0);
+    b ^= 1;
+    __syncthreads();
+  }
+  int32_t run = part[b][t] - s; /* inclusive minus own: the chunks before t */
+  for (int64_t v = lo; v < hi; v++) {
+    const int32_t c = count[v];
     count[v] = run;
     run += c;
   }
-  for (int64_t i = 0; i < n; i++) {
-    int32_t at = count[key_in[i]]++;
-    key_out[at] = key_in[i];
-    pos_out[at] = (int32_t)i;
+}
+
+/* One warp (32 threads, one block). cursor: the first free slot of each key. */
+static __global__ void k_scatter(const int32_t *key_in, int64_t n, int32_t *cursor, int32_t *key_out,
+                                 int32_t *pos_out) {
+  const unsigned lane = threadIdx.x;
+  int32_t ahead = (int64_t)lane < n ? key_in[lane] : -1; /* -1: no real key (keys are 0..V) */
+  for (int64_t base = 0; base < n; base += 32) {
+    const int64_t i = base + lane;
+    const bool live = i < n;
+    const int32_t k = ahead;
+    ahead = i + 32 < n ? key_in[i + 32] : -1; /* next round's key, off the cursor's dependent path */
+    const unsigned same = __match_any_sync(0xffffffffu, k);
+    if (live) {
+      const int32_t at = cursor[k] + __popc(same & ((1u << lane) - 1u));
+      key_out[at] = k;
+      pos_out[at] = (int32_t)i;
+    }
+    __syncwarp(); /* every lane has read cursor[k] before it moves */
+    if (live && (same >> lane) == 1u) cursor[k] += __popc(same);
+    __syncwarp(); /* the moves are seen by the next round's reads */
   }
 }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* key_in, key_out, pos_out: n each; count: V + 1. */
 extern "C" size_t loom_cu_embedding_bwd_scratch(int64_t n, int64_t V) {
   if (n == 0) return 0;
-  return 4 * align256((size_t)n * sizeof(int32_t)) + align256((size_t)(V + 1) * sizeof(int32_t));
+  return 3 * align256((size_t)n * sizeof(int32_t)) + align256((size_t)(V + 1) * sizeof(int32_t));
 }
 
 extern "C" cudaError_t loom_cu_embedding_bwd(int dt, const void *gy, int64_t V, int64_t D, int idt, const void *idx,
@@ -148,13 +201,17 @@ extern "C" cudaError_t loom_cu_embedding_bwd(int dt, const void *gy, int64_t V, 
   if (scratch_bytes < loom_cu_embedding_bwd_scratch(n, V)) return cudaErrorInvalidValue;
   const size_t a = align256((size_t)n * sizeof(int32_t));
   char *p = (char *)scratch;
-  int32_t *key_in = (int32_t *)p, *key_out = (int32_t *)(p + a), *pos_in = (int32_t *)(p + 2 * a),
-          *pos_out = (int32_t *)(p + 3 * a);
-  int32_t *count = (int32_t *)(p + 4 * a);
-  k_keys<<<loom_grid_for(n), 256, 0, s>>>(idt, idx, n, V, key_in, pos_in, bad);
-  cudaError_t e = cudaGetLastError();
+  int32_t *key_in = (int32_t *)p, *key_out = (int32_t *)(p + a), *pos_out = (int32_t *)(p + 2 * a);
+  int32_t *count = (int32_t *)(p + 3 * a);
+  cudaError_t e = cudaMemsetAsync(count, 0, (size_t)(V + 1) * sizeof(int32_t), s);
   if (e != cudaSuccess) return e;
-  k_counting_sort<<<1, 1, 0, s>>>(key_in, n, V, count, key_out, pos_out);
+  LOOM_CU_LAUNCH(k_keys, loom_grid_for(n), 256, s, idt, idx, n, V, key_in, count, bad);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  LOOM_CU_LAUNCH(k_scan, 1, SCAN_THREADS, s, count, V + 1);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  LOOM_CU_LAUNCH(k_scatter, 1, 32, s, key_in, n, count, key_out, pos_out);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   if (D > 0) {
@@ -162,13 +219,13 @@ extern "C" cudaError_t loom_cu_embedding_bwd(int dt, const void *gy, int64_t V, 
     if (gc > 65535 || n > 0x7fffffff) return cudaErrorInvalidConfiguration;
     const dim3 grid((unsigned)n, gc);
     switch (dt) {
-      case 1: k_segment_sum<loom_h16><<<grid, 256, 0, s>>>((const loom_h16 *)gy, D, V, key_out, pos_out, n, (loom_h16 *)dw); break;
-      case 2: k_segment_sum<loom_b16><<<grid, 256, 0, s>>>((const loom_b16 *)gy, D, V, key_out, pos_out, n, (loom_b16 *)dw); break;
-      default: k_segment_sum<float><<<grid, 256, 0, s>>>((const float *)gy, D, V, key_out, pos_out, n, (float *)dw); break;
+      case 1: LOOM_CU_LAUNCH(k_segment_sum<loom_h16>, grid, 256, s, (const loom_h16 *)gy, D, V, key_out, pos_out, n, (loom_h16 *)dw); break;
+      case 2: LOOM_CU_LAUNCH(k_segment_sum<loom_b16>, grid, 256, s, (const loom_b16 *)gy, D, V, key_out, pos_out, n, (loom_b16 *)dw); break;
+      default: LOOM_CU_LAUNCH(k_segment_sum<float>, grid, 256, s, (const float *)gy, D, V, key_out, pos_out, n, (float *)dw); break;
     }
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  k_publish<<<1, 1, 0, s>>>(bad, rec, DEFERRED_EMBEDDING_BACKWARD, idt, idx, V);
+  LOOM_CU_LAUNCH(k_publish, 1, 1, s, bad, rec, DEFERRED_EMBEDDING_BACKWARD, idt, idx, V);
   return cudaGetLastError();
 }

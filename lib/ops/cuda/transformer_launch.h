@@ -51,9 +51,9 @@ int64_t loom_cu_ln_partial_floats(int64_t rows, int64_t D);
 cudaError_t loom_cu_embedding_fwd(int dt, const void *w, int64_t V, int64_t D, int idt, const void *idx, int64_t n,
                                   void *out, unsigned long long *bad, loom_cu_deferred_error *rec, cudaStream_t s);
 /* dweight [V, D] (dtype dt, like gy) = the scatter-add of gy's n rows:
- * indices sorted stably (CUB radix sort of (index, position)), then each
- * row of dweight summed in f32 by one thread per column over its
- * positions in order — no atomics, the same bits every run. scratch:
+ * indices sorted stably (a parallel counting sort of (index, position)),
+ * then each row of dweight summed in f32 by one thread per column over its
+ * positions in order — no float atomics, the same bits every run. scratch:
  * loom_cu_embedding_bwd_scratch(n, V) bytes. */
 cudaError_t loom_cu_embedding_bwd(int dt, const void *gy, int64_t V, int64_t D, int idt, const void *idx, int64_t n,
                                   void *dw, void *scratch, size_t scratch_bytes, unsigned long long *bad,
