@@ -17,6 +17,7 @@
  *   that waits for the GPU, as cross-entropy's labels are. */
 
 #include "ops/cuda/cuda_dtype.cuh"
+#include "ops/cuda/deferred.cuh"
 #include "ops/cuda/row_reduce.cuh"
 #include "ops/cuda/transformer_launch.h"
 
@@ -51,20 +52,10 @@ static __global__ void k_check(int idt, const void *idx, int64_t n, int64_t V, u
   }
 }
 
-/* One thread: publish the first bad position (if the record is free) and
- * clear the device word for the next launch. */
+/* One thread: publish the first bad position (deferred.cuh). */
 static __global__ void k_publish(unsigned long long *bad, loom_cu_deferred_error *rec, int op, int idt,
                                  const void *idx, int64_t V) {
-  const unsigned long long r = *bad;
-  if (r == ~0ull) return;
-  if (rec->row == ~0ull) {
-    rec->label = loom_index_at(idx, idt, (int64_t)r);
-    rec->classes = V;
-    rec->op = op;
-    __threadfence_system(); /* the fields before row, as the host reads them */
-    rec->row = r;
-  }
-  *bad = ~0ull;
+  loom_cu_publish_bad(bad, rec, op, V, [&](int64_t r) { return loom_index_at(idx, idt, r); });
 }
 
 extern "C" cudaError_t loom_cu_embedding_fwd(int dt, const void *w, int64_t V, int64_t D, int idt, const void *idx,

@@ -7,6 +7,7 @@
  * per row (vocabularies are long). A label outside [0, V) gives a NaN loss
  * and is reported through the deferred error record, as cross_entropy's. */
 #include "ops/cuda/cuda_dtype.cuh"
+#include "ops/cuda/deferred.cuh"
 #include "ops/cuda/row_reduce.cuh"
 #include "ops/cuda/transformer_launch.h"
 
@@ -58,16 +59,8 @@ static __global__ void k_mean(const double *v, int64_t n, float *out, int64_t V,
   }
   if (threadIdx.x != 0) return;
   out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
-  const unsigned long long r = *bad;
-  if (r == ~0ull) return;
-  if (rec->row == ~0ull) {
-    rec->label = loom_index_at(labels, ldt, (int64_t)r);
-    rec->classes = V;
-    rec->op = DEFERRED_LINEAR_CROSS_ENTROPY;
-    __threadfence_system(); /* the fields before row, as the host reads them */
-    rec->row = r;
-  }
-  *bad = ~0ull;
+  loom_cu_publish_bad(bad, rec, DEFERRED_LINEAR_CROSS_ENTROPY, V,
+                      [&](int64_t r) { return loom_index_at(labels, ldt, r); });
 }
 
 extern "C" cudaError_t loom_cu_lce_mean(const double *row_loss, int64_t N, float *out, int64_t V, int ldt,

@@ -8,6 +8,7 @@
  * the host reads when it next waits for the GPU (no sync in the step). */
 #include <math.h>
 #include "ops/cuda/cuda_dtype.cuh"
+#include "ops/cuda/deferred.cuh"
 
 #define WARPS_PER_BLOCK 8
 
@@ -128,17 +129,8 @@ static __global__ void k_mean(const float *v, int64_t n, float *out, unsigned lo
   }
   if (threadIdx.x == 0) {
     out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
-    const unsigned long long r = *bad;
-    if (r != ~0ull) {
-      if (rec->row == ~0ull) {
-        rec->label = label_at(labels, ldt, (int64_t)r * lstride);
-        rec->classes = C;
-        rec->op = 0;  /* LOOM_DEFERRED_CROSS_ENTROPY */
-        __threadfence_system();  /* label and classes before row, as the host reads them */
-        rec->row = r;
-      }
-      *bad = ~0ull;
-    }
+    loom_cu_publish_bad(bad, rec, 0 /* LOOM_DEFERRED_CROSS_ENTROPY */, C,
+                        [&](int64_t r) { return label_at(labels, ldt, r * lstride); });
   }
 }
 
