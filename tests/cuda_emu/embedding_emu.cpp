@@ -114,12 +114,16 @@ static void run(const ecase &c, int dt, bool rev) {
     }
   }
   check(ok, c.name, "forward rows", dt, rev, msg);
-  const bool rec_ok = first_bad < 0 ? rec.row == ~0ull
-                                    : rec.row == (unsigned long long)first_bad && rec.label == idx.get(first_bad) &&
-                                          rec.classes == V && rec.op == DEFERRED_EMBEDDING;
-  snprintf(msg, sizeof msg, "row %lld label %lld classes %lld op %lld, want row %lld", (long long)rec.row,
-           (long long)rec.label, (long long)rec.classes, (long long)rec.op, (long long)first_bad);
-  check(rec_ok && bad == ~0ull, c.name, "forward deferred record", dt, rev, msg);
+  /* The first bad position (or none) published with its index, V and op; *bad cleared. */
+  auto check_record = [&](int op, const char *what) {
+    const bool rec_ok = first_bad < 0 ? rec.row == ~0ull
+                                      : rec.row == (unsigned long long)first_bad && rec.label == idx.get(first_bad) &&
+                                            rec.classes == V && rec.op == op;
+    snprintf(msg, sizeof msg, "row %lld label %lld classes %lld op %lld, want row %lld", (long long)rec.row,
+             (long long)rec.label, (long long)rec.classes, (long long)rec.op, (long long)first_bad);
+    check(rec_ok && bad == ~0ull, c.name, what, dt, rev, msg);
+  };
+  check_record(DEFERRED_EMBEDDING, "forward deferred record");
 
   /* ---- backward */
   buf gy(dt, (size_t)(n * D)), dw(dt, (size_t)(V * D));
@@ -174,12 +178,7 @@ static void run(const ecase &c, int dt, bool rev) {
                dw.bits((size_t)e), dw.round_bits(acc[(size_t)e]));
     }
   check(ok, c.name, "backward dweight", dt, rev, msg);
-  const bool brec_ok = first_bad < 0 ? rec.row == ~0ull
-                                     : rec.row == (unsigned long long)first_bad && rec.label == idx.get(first_bad) &&
-                                           rec.classes == V && rec.op == DEFERRED_EMBEDDING_BACKWARD;
-  snprintf(msg, sizeof msg, "row %lld label %lld classes %lld op %lld, want row %lld", (long long)rec.row,
-           (long long)rec.label, (long long)rec.classes, (long long)rec.op, (long long)first_bad);
-  check(brec_ok && bad == ~0ull, c.name, "backward deferred record", dt, rev, msg);
+  check_record(DEFERRED_EMBEDDING_BACKWARD, "backward deferred record");
 
   failed_cases += fails != fails0;
   printf("%s %s [n %lld, V %lld, D %lld] %s%s\n", fails == fails0 ? "ok  " : "FAIL", c.name, (long long)n, (long long)V,
