@@ -258,6 +258,15 @@ typedef struct corpus {
   uint8_t chars[256];  /* index -> byte */
 } corpus;
 
+/* Both the 90 % training and the 10 % validation part of c hold more than
+ * --block units (bytes or tokens). 1, or 0 after saying why. */
+static int split_fits(const corpus *c, const char *path, const char *unit, int64_t block) {
+  if (c->n_train >= block + 1 && c->n - c->n_train >= block + 1) return 1;
+  fprintf(stderr, "%s: %s has %lld %s: both the 90%% training and the 10%% validation part need more than "
+                  "--block %lld\n", PROG, path, (long long)c->n, unit, (long long)block);
+  return 0;
+}
+
 /* 1, or 0 after printing why (missing_default: path is the default corpus). */
 static int load_corpus(const char *path, int missing_default, int64_t block, corpus *c) {
   FILE *f = fopen(path, "rb");
@@ -298,9 +307,7 @@ static int load_corpus(const char *path, int missing_default, int64_t block, cor
   }
   for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)map[buf[i]];
   c->ids = buf, c->n = (int64_t)n, c->n_train = (int64_t)n * 9 / 10;
-  if (c->n_train < block + 1 || c->n - c->n_train < block + 1) {
-    fprintf(stderr, "%s: %s has %lld bytes: both the 90%% training and the 10%% validation part need more than "
-                    "--block %lld\n", PROG, path, (long long)n, (long long)block);
+  if (!split_fits(c, path, "bytes", block)) {
     free(buf);
     return 0;
   }
@@ -341,9 +348,7 @@ static int load_tokens(const char *path, int64_t vocab, int64_t block, corpus *c
     return 0;
   }
   *c = (corpus){.tok = tok, .n = n, .n_train = n * 9 / 10, .vocab = (int)(vocab ? vocab : top)};
-  if (c->n_train < block + 1 || c->n - c->n_train < block + 1) {
-    fprintf(stderr, "%s: %s has %lld tokens: both the 90%% training and the 10%% validation part need more than "
-                    "--block %lld\n", PROG, path, (long long)n, (long long)block);
+  if (!split_fits(c, path, "tokens", block)) {
     free(tok);
     return 0;
   }

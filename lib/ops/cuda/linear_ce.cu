@@ -49,16 +49,9 @@ extern "C" cudaError_t loom_cu_lce_rows(const float *L, int64_t r0, int64_t nr, 
 static __global__ void k_mean(const double *v, int64_t n, float *out, int64_t V, int ldt, const void *labels,
                               unsigned long long *bad, loom_cu_deferred_error *rec) {
   __shared__ double sh[256];
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
+  const double total = loom_block_sum256(v, n, sh);
   if (threadIdx.x != 0) return;
-  out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
+  out[0] = n > 0 ? (float)(total / (double)n) : NAN;
   loom_cu_publish_bad(bad, rec, DEFERRED_LINEAR_CROSS_ENTROPY, V,
                       [&](int64_t r) { return loom_index_at(labels, ldt, r); });
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include "ops/cuda/cuda_dtype.cuh"
 #include "ops/cuda/deferred.cuh"
+#include "ops/cuda/row_reduce.cuh"
 
 #define WARPS_PER_BLOCK 8
 
@@ -119,16 +120,9 @@ static __global__ void k_ce_rows(int dt, const void *x, int ldt, const void *lab
 static __global__ void k_mean(const float *v, int64_t n, float *out, unsigned long long *bad,
                               loom_cu_deferred_error *rec, int ldt, const void *labels, int64_t lstride, int64_t C) {
   __shared__ double sh[256];
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-    __syncthreads();
-  }
+  const double total = loom_block_sum256(v, n, sh);
   if (threadIdx.x == 0) {
-    out[0] = n > 0 ? (float)(sh[0] / (double)n) : NAN;
+    out[0] = n > 0 ? (float)(total / (double)n) : NAN;
     loom_cu_publish_bad(bad, rec, 0 /* LOOM_DEFERRED_CROSS_ENTROPY */, C,
                         [&](int64_t r) { return label_at(labels, ldt, r * lstride); });
   }

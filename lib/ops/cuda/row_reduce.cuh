@@ -49,6 +49,22 @@ __device__ __forceinline__ double loom_row_sum(double v, double *sh /* [8] share
   return t;
 }
 
+/* One block of 256 threads: the sum of v[0..n) in double, strided per
+ * thread then a shared-memory tree (a fixed order: the same bits every
+ * run); thread 0 gets the total. sh: 256 shared doubles. */
+template <typename T>
+__device__ __forceinline__ double loom_block_sum256(const T *v, int64_t n, double *sh) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += v[i];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
 /* Element i of an index tensor of dtype idt (3 i32, 4 i64, 5 u8). */
 __device__ __forceinline__ int64_t loom_index_at(const void *p, int idt, int64_t i) {
   switch (idt) {
