@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu-suite.sh --deps DIR --out DIR [--build DIR] [--commit HASH] [--budget SECONDS]
 #              [--budget-scale N] [--skip REGEX] [--skip-done TSV] [--quick] [--plan]
+#              [--gpt-data FILE]  (loom-gpt's corpus; default .gpt-data/shakespeare.txt, ignored by git)
 #
 # Everything a session with a GPU should run, in one call of the device tool
 # (10 minutes a command; the plan below fits 8 on an H100): machine facts,
@@ -44,10 +45,11 @@
 # The short table of steps is printed last.
 #
 # Adding a step is one line:
-#   step NAME [--core] [--gpu] [--needs FILE] [--sanitizer] [--budget S] -- command args...
+#   step NAME [--core] [--gpu] [--needs FILE] [--data FILE] [--sanitizer] [--budget S] -- command args...
 #   --core     part of the plan (its budget counts against --budget)
 #   --gpu      skipped (with the reason) when no GPU is usable
 #   --needs F  skipped when F (a program) is not there yet
+#   --data F   skipped when F (a data file) is absent
 #   --sanitizer skipped when compute-sanitizer does not work here
 #   --budget   seconds on the node before the step is killed (default 60)
 set -uo pipefail
@@ -57,6 +59,8 @@ DEPS="" OUT="" BUILD="" COMMIT="${LOOM_COMMIT:-}" QUICK=0 BUDGET=420 SCALE=1 PLA
 # of its device time in one call raises it (LOOM_GPU_NODE_LIMIT=570).
 NODE_LIMIT="${LOOM_GPU_NODE_LIMIT:-480}"
 SKIP_DONE=""
+# loom-gpt's default corpus (scripts/setup.sh), carried to the offline GPU machine by hand.
+GPT_DATA="${LOOM_GPT_DATA:-$ROOT/.gpt-data/shakespeare.txt}"
 while (($#)); do
   case "$1" in
     --deps) DEPS="$2"; shift 2 ;;
@@ -69,6 +73,7 @@ while (($#)); do
     --plan) PLAN=1; shift ;;
     --skip) SKIP_RE="$2"; shift 2 ;;
     --skip-done) SKIP_DONE="$2"; shift 2 ;;
+    --gpt-data) GPT_DATA="$2"; shift 2 ;;
     -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "gpu-suite: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -131,13 +136,14 @@ SAN_WHY="no GPU"
 sanitizer_ok() { [ -f "$STATE/san_ok" ]; }
 step() {
   local name="$1"; shift
-  local need_gpu=0 need_san=0 needs="" budget=60 tier=extra
+  local need_gpu=0 need_san=0 needs="" data="" budget=60 tier=extra
   while (($#)) && [ "$1" != "--" ]; do
     case "$1" in
       --core) tier=core; shift ;;
       --gpu) need_gpu=1; shift ;;
       --sanitizer) need_san=1; shift ;;
       --needs) needs="$2"; shift 2 ;;
+      --data) data="$2"; shift 2 ;;
       --budget|--timeout) budget="$2"; shift 2 ;;
       *) echo "gpu-suite: step $name: unknown option $1" >&2; return 0 ;;
     esac
@@ -164,6 +170,8 @@ step() {
     status=skip note="compute-sanitizer: $SAN_WHY"
   elif [ -n "$needs" ] && [ ! -x "$needs" ]; then
     status=skip note="not built yet: ${needs#"$BUILD"/}"
+  elif [ -n "$data" ] && [ ! -f "$data" ]; then
+    status=skip note="no data: $data"
   elif [ "$tier" = extra ] && ((left < 20)); then
     status=skip note="time budget (--budget $BUDGET s) spent"
   else
@@ -360,6 +368,15 @@ step memcheck_test_cuda_paths --core --gpu --sanitizer --needs "$T/test_cuda_pat
   "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 --target-processes all '$T/test_cuda_paths' --jobs 1 --filter '*cuda*/*'"
 
 # ---- extras: run while the whole run is under --budget, cut to what is left -------------------------
+# GPT-2 124M at T=1024 in bf16, loom-gpt vs the PyTorch twin with SDPA (issue 28's GPU target).
+step gpt2_bf16_vs_pytorch --gpu --needs "$B/examples/loom-gpt" --budget 120 -- "sh '$ROOT/bench/gpt/run_gpt2_gpu.sh' --build '$B' --python '$PY' --rounds 2 --steps 20"
+# Issue 28's quality target at the recipe's size: nanoGPT's baby GPT (6 x 384, context 256, batch 64,
+# dropout 0.2, 5000 steps) on the default corpus, loom vs the twin from the same initial weights.
+step gpt_baby_quality_bf16 --gpu --needs "$B/examples/loom-gpt" --data "$GPT_DATA" --budget 300 -- \
+  "sh '$ROOT/bench/gpt/run_gpt_quality.sh' --build '$B' --python '$PY' -- --data '$GPT_DATA' --device cuda --precision bf16 --layers 6 --heads 6 --embd 384 --block 256 --batch 64 --steps 5000 --lr 1e-3 --min-lr 1e-4 --warmup 100 --dropout 0.2 --eval-batches 200"
+# Fused attention (loom's kernels) against matmul + softmax + matmul at GPT-2's shapes (issue 28).
+step attention_cuda_f32 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 f32"
+step attention_cuda_bf16 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 bf16"
 # The first comparisons with PyTorch on the same GPU (the project's headline claim).
 step mlp_vs_pytorch --gpu --needs "$B/bench/bench_mlp_step" --budget 60 -- "LOOM_PYTHON='$PY' '$ROOT/bench/mlp/run_mlp_vs_pytorch.sh' --device cuda --build '$B' --rounds 3"
 step resnet50_amp_vs_pytorch --gpu --needs "$B/examples/loom-resnet" --budget 120 -- "LOOM_PYTHON='$PY' '$ROOT/bench/resnet/run_resnet_vs_pytorch.sh' --device cuda --build '$B' --rounds 2 --steps 20"
@@ -370,11 +387,6 @@ step op_sweep_cuda_full --gpu --needs "$T/test_op_sweep" --budget 120 -- \
 # at 50 reps the H200 needed about 72 s (the first run was cut at 30 s after
 # 14 of 16 sizes), at 20 reps about 30 s.
 step linear_cuda_f32 --gpu --needs "$B/bench/bench_linear_cuda" --budget 60 -- "'$B/bench/bench_linear_cuda' 20 f32"
-# Fused attention (loom's kernels) against matmul + softmax + matmul at GPT-2's shapes (issue 28).
-step attention_cuda_f32 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 f32"
-step attention_cuda_bf16 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 bf16"
-# GPT-2 124M at T=1024 in bf16, loom-gpt vs the PyTorch twin with SDPA (issue 28's GPU target).
-step gpt2_bf16_vs_pytorch --gpu --needs "$B/examples/loom-gpt" --budget 120 -- "sh '$ROOT/bench/gpt/run_gpt2_gpu.sh' --build '$B' --python '$PY' --rounds 2 --steps 20"
 step op_overhead_vs_pytorch --gpu --needs "$B/bench/bench_op_overhead" --budget 60 -- "LOOM_PYTHON='$PY' '$ROOT/bench/op_overhead/run_op_overhead.sh' --device cuda --build '$B' --rounds 3 --iters 100000"
 EPOCHS=3
 ((QUICK)) && EPOCHS=1
