@@ -274,6 +274,7 @@ static void sweep_op(int id, loom_device dev) {
         if (!(cs->shapes >> s & 1) || !planned(DTYPES[k], (sw_layout)l, (sw_shape)s, full)) continue;
         snprintf(sw_ctx, sizeof sw_ctx, "%s [%s, %s, %s, %s]", op_name(id), loom_dtype_name(DTYPES[k]),
                  sw_layout_name((sw_layout)l), sw_shape_name((sw_shape)s), devname);
+        tk_where = sw_ctx;
         const char *known = known_failure(id, 1u << k, (sw_layout)l, (sw_shape)s, dev);
         if (known) {
           cr_log_warn("op sweep: known failure, skipped: %s: %s", sw_ctx, known);

@@ -153,6 +153,24 @@ bool sw_expect_as(const sw_config *c, loom_tensor *t, int ndim, const int64_t *s
   return true;
 }
 
+bool sw_expect_scaled(const sw_config *c, loom_tensor *t, int ndim, const int64_t *shape, const double *want,
+                      const double *scale, double terms, const char *what) {
+  if (c->refused && sw_strided_inputs > 0) return sw_expect(c, t, ndim, shape, want, terms, what);
+  cr_assert_not_null(t, "%s: %s failed: %s", sw_ctx, what, loom_last_error());
+  char msg[400];
+  snprintf(msg, sizeof msg, "%s: %s", sw_ctx, what);
+  tk_assert_shape(t, ndim, shape, msg);
+  cr_assert_eq(loom_tensor_dtype(t), c->dtype, "%s: dtype %s", msg, loom_dtype_name(loom_tensor_dtype(t)));
+  double *got = tk_read(t), atol = sw_atol(c->dtype, terms), rtol = sw_rtol(c->dtype);
+  for (int64_t i = 0, n = sw_numel(ndim, shape); i < n; i++) {
+    double g = got[i], w = want[i], tol = atol + rtol * fmax(fabs(w), scale[i]);
+    cr_assert(fabs(g - w) <= tol, "%s: element %lld is %.9g, expected %.9g (|diff| %.3g > %.3g; scale %.3g)", msg,
+              (long long)i, g, w, fabs(g - w), tol, scale[i]);
+  }
+  free(got);
+  return true;
+}
+
 bool sw_expect(const sw_config *c, loom_tensor *t, int ndim, const int64_t *shape, const double *want, double terms,
                const char *what) {
   return sw_expect_as(c, t, ndim, shape, c->dtype, want, sw_atol(c->dtype, terms), sw_rtol(c->dtype), what);

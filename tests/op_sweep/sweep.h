@@ -106,7 +106,12 @@ double sw_rtol(loom_dtype dt);
  * "contiguous": returns false then (the case stops), else true. */
 bool sw_expect(const sw_config *c, loom_tensor *t, int ndim, const int64_t *shape, const double *want, double terms,
                const char *what);
-/* The same for a result of another dtype, with explicit tolerances. */
+/* sw_expect with each element's relative tolerance taken against scale[i]
+ * (when larger than the expected value): for results that add terms of
+ * larger magnitude which cancel, where a rounding of a term is the error. */
+bool sw_expect_scaled(const sw_config *c, loom_tensor *t, int ndim, const int64_t *shape, const double *want,
+                      const double *scale, double terms, const char *what);
+/* sw_expect for a result of another dtype, with explicit tolerances. */
 bool sw_expect_as(const sw_config *c, loom_tensor *t, int ndim, const int64_t *shape, loom_dtype dt,
                   const double *want, double atol, double rtol, const char *what);
 /* A call that must fail: NULL result, status st, message naming `frag`. */

@@ -122,8 +122,10 @@ loom_tensor *tk_rand_tensor(int ndim, const int64_t *shape, double lo, double hi
   return t;
 }
 
+const char *tk_where = "";
+
 double *tk_read(loom_tensor *t) {
-  cr_assert_not_null(t, "tk_read: NULL tensor (%s)", loom_last_error());
+  cr_assert_not_null(t, "%s%stk_read: NULL tensor (%s)", tk_where, *tk_where ? ": " : "", loom_last_error());
   int64_t n = loom_tensor_numel(t);
   double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
   cr_assert_not_null(out);
@@ -131,13 +133,13 @@ double *tk_read(loom_tensor *t) {
   if (loom_dtype_is_float(dt)) {
     float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
     loom_status st = loom_to_host(t, f, (size_t)n * sizeof *f, LOOM_F32);
-    cr_assert_eq(st, LOOM_OK, "tk_read: %s", loom_last_error());
+    cr_assert_eq(st, LOOM_OK, "%s%stk_read: %s", tk_where, *tk_where ? ": " : "", loom_last_error());
     for (int64_t i = 0; i < n; i++) out[i] = f[i];
     free(f);
   } else {
     int64_t *q = malloc((size_t)(n ? n : 1) * sizeof *q);
     loom_status st = loom_to_host(t, q, (size_t)n * sizeof *q, LOOM_I64);
-    cr_assert_eq(st, LOOM_OK, "tk_read: %s", loom_last_error());
+    cr_assert_eq(st, LOOM_OK, "%s%stk_read: %s", tk_where, *tk_where ? ": " : "", loom_last_error());
     for (int64_t i = 0; i < n; i++) out[i] = (double)q[i];
     free(q);
   }

@@ -89,6 +89,10 @@ loom_tensor *tk_rand_tensor(int ndim, const int64_t *shape, double lo, double hi
                             loom_device dev, double **out_vals);
 /* Read any tensor back as doubles (malloc'd, numel entries); asserts success. */
 double *tk_read(loom_tensor *t);
+/* What the running check is about (e.g. the op sweep's "op [dtype, layout,
+ * shape, device]"), named in tk_read's failure messages: a sticky CUDA error
+ * surfaces at the read, so without it a failure cannot be placed. */
+extern const char *tk_where;
 int64_t tk_numel(int ndim, const int64_t *shape);
 
 /* Index (row-major) into a broadcast operand of shape (nd, sh) for output
