@@ -52,12 +52,12 @@ static loom_tensor *transformer_forward(loom_module *m, loom_tensor *idx) {
                             loom_module_forward(loom_module_find_child(m, "wpe"), pos));
   x = loom_dropout(x, c->dropout, m->training);
   /* Under a mixed precision policy the residual stream is in the compute
-   * dtype from here on (the embeddings, LayerNorm parameters and the head stay f32). */
+   * dtype from here on, and so is ln_f's output, which the head takes (the
+   * embeddings and LayerNorm parameters stay f32). */
   loom_precision p = loom_module_get_precision(m);
   if (x && p != LOOM_PRECISION_FP32) x = loom_cast(x, loom_precision_compute_dtype(p));
   x = loom_module_forward(loom_module_find_child(m, "h"), x);
-  x = loom_module_forward(loom_module_find_child(m, "ln_f"), x);
-  return x && loom_tensor_dtype(x) != LOOM_F32 ? loom_cast(x, LOOM_F32) : x;
+  return loom_module_forward(loom_module_find_child(m, "ln_f"), x);
 }
 
 static loom_module *transformer(const loom_module *gpt) { return loom_module_find_child(gpt, "transformer"); }
@@ -67,7 +67,9 @@ static loom_tensor *wte(const loom_module *gpt) { return loom_module_find_child(
  * only they outlive the call. */
 static loom_tensor *model_forward(loom_module *m, loom_tensor *idx) {
   loom_scope_begin();
-  loom_tensor *y = loom_linear(loom_module_forward(transformer(m), idx), wte(m), NULL, LOOM_ACT_NONE);
+  loom_tensor *h = loom_module_forward(transformer(m), idx);
+  if (h && loom_tensor_dtype(h) != LOOM_F32) h = loom_cast(h, LOOM_F32); /* f32 logits for sampling */
+  loom_tensor *y = loom_linear(h, wte(m), NULL, LOOM_ACT_NONE);
   if (y) loom_keep(y);
   loom_scope_end();
   return y;
@@ -92,7 +94,12 @@ loom_tensor *loom_gpt_forward(loom_module *gpt, loom_tensor *idx, loom_tensor *t
   loom_scope_begin();
   int64_t C = loom_tensor_dim(wte(gpt), 1), flat_x[2] = {-1, C}, flat_y[1] = {-1};
   loom_tensor *h = loom_reshape(loom_module_forward(transformer(gpt), idx), 2, flat_x);
-  loom_tensor *loss = loom_linear_cross_entropy(h, wte(gpt), loom_reshape(targets, 1, flat_y));
+  /* Under a mixed policy the head's GEMMs run in the compute dtype (as
+   * torch.autocast's lm_head), from the f32 tied weight cast each step;
+   * the op sums the logits and computes the loss in f32. */
+  loom_tensor *w = wte(gpt);
+  if (h && loom_tensor_dtype(h) != LOOM_F32) w = loom_cast(w, loom_tensor_dtype(h));
+  loom_tensor *loss = loom_linear_cross_entropy(h, w, loom_reshape(targets, 1, flat_y));
   if (loss) loom_keep(loss);
   loom_scope_end();
   return loss;

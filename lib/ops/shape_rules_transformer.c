@@ -203,13 +203,13 @@ loom_status loom_infer_attention_backward(const char *opname, const loom_op_args
   return LOOM_OK;
 }
 
-/* linear_cross_entropy: (x [N, E] f32, w [V, E] f32, labels [N]) -> mean
- * loss (0-d f32), lse [N] f32. */
+/* linear_cross_entropy: (x [N, E], w [V, E], both f32, f16 or bf16, labels
+ * [N]) -> mean loss (0-d f32), lse [N] f32. */
 loom_status loom_infer_linear_cross_entropy(const char *opname, const loom_op_args *a, loom_out_spec *o) {
   const loom_tensor *x = a->in[0], *w = a->in[1], *l = a->in[2];
   char b1[96], b2[96], b3[96];
-  if (x->dtype != LOOM_F32 || w->dtype != LOOM_F32)
-    return loom_set_error(LOOM_ERR_DTYPE, "%s: x and w must be f32 (got %s and %s); 16-bit inputs are not supported yet",
+  if (!loom_dtype_is_float(x->dtype) || w->dtype != x->dtype)
+    return loom_set_error(LOOM_ERR_DTYPE, "%s: x and w must be of one float dtype (f32, f16 or bf16), got %s and %s",
                           opname, loom_dtype_name(x->dtype), loom_dtype_name(w->dtype));
   LOOM_TRY(need_index(opname, l, 2));
   if (x->ndim != 2 || w->ndim != 2 || l->ndim != 1 || x->shape[1] != w->shape[1] || l->shape[0] != x->shape[0])
@@ -226,7 +226,7 @@ loom_status loom_infer_linear_cross_entropy(const char *opname, const loom_op_ar
 }
 
 /* linear_cross_entropy_backward: (gy 0-d f32, x, w, labels, lse); i[0], i[1]:
- * dx, dw wanted -> dx [N, E], dw [V, E]. */
+ * dx, dw wanted -> dx [N, E], dw [V, E], in x's dtype. */
 loom_status loom_infer_linear_cross_entropy_backward(const char *opname, const loom_op_args *a, loom_out_spec *o) {
   const loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *lse = a->in[4];
   if (gy->dtype != LOOM_F32 || gy->ndim != 0 || lse->dtype != LOOM_F32 || lse->ndim != 1 ||
@@ -235,7 +235,7 @@ loom_status loom_infer_linear_cross_entropy_backward(const char *opname, const l
   loom_op_args fw = {.in = {a->in[1], a->in[2], a->in[3]}, .n_in = 3};
   loom_out_spec tmp[LOOM_OP_MAX_OUT];
   LOOM_TRY(loom_infer_linear_cross_entropy(opname, &fw, tmp));
-  if (a->i[0]) same_shape(&o[0], x, LOOM_F32);
-  if (a->i[1]) same_shape(&o[1], w, LOOM_F32);
+  if (a->i[0]) same_shape(&o[0], x, x->dtype);
+  if (a->i[1]) same_shape(&o[1], w, w->dtype);
   return LOOM_OK;
 }

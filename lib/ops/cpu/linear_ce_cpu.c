@@ -6,7 +6,8 @@
  * chunk's logits from it, turns them into dlogits = (softmax - onehot) gy/N
  * in place and adds dlogits · w into dx and dlogitsᵀ · x into dw. Chunks
  * run in order (the GEMMs use the threads), so the sums do not depend on
- * the thread count. */
+ * the thread count. f16/bf16 x and w are widened to f32 first (exact) and
+ * dx, dw rounded to their dtype at the end: f32 sums throughout. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -35,6 +36,33 @@ static int64_t chunk_rows(int64_t N, int64_t V) {
   return r < N ? r : (N > 0 ? N : 1);
 }
 
+/* t's elements as f32: its own data, or a widened copy in *tmp (f16/bf16;
+ * NULL with *tmp NULL when out of memory). */
+static float *as_f32(const loom_tensor *t, float **tmp) {
+  *tmp = NULL;
+  if (t->dtype == LOOM_F32) return loom_tensor_ptr(t);
+  int64_t n = loom_shape_numel(t->ndim, t->shape);
+  *tmp = loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
+  if (*tmp) loom_cpu_load_f32(loom_tensor_ptr(t), t->dtype, 1, n, *tmp);
+  return *tmp;
+}
+
+/* An f32 buffer for output t (its own data when f32); when tmp, rounded
+ * into t by finish_out. */
+static float *out_f32(loom_tensor *t, float **tmp) {
+  *tmp = NULL;
+  if (!t || t->dtype == LOOM_F32) return t ? loom_tensor_ptr(t) : NULL;
+  int64_t n = loom_shape_numel(t->ndim, t->shape);
+  *tmp = loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
+  return *tmp;
+}
+
+static void finish_out(loom_tensor *t, float *tmp) {
+  if (!tmp) return;
+  loom_cpu_store_f32(loom_tensor_ptr(t), t->dtype, 1, loom_shape_numel(t->ndim, t->shape), tmp);
+  loom_sys_free(tmp);
+}
+
 /* Logits of rows [r0, r0 + nr) into L [nr, V]. */
 static void logits(const float *x, const float *w, int64_t r0, int64_t nr, int64_t V, int64_t E, float *L) {
   loom_cpu_sgemm(false, true, nr, V, E, 1.0f, x + r0 * E, E, w, E, 0.0f, L, V);
@@ -52,13 +80,16 @@ loom_status loom_cpu_linear_cross_entropy(loom_op_args *a) {
   int64_t R = chunk_rows(N, V);
   float *L = loom_sys_malloc((size_t)(R * V) * sizeof(float));
   double *rl = loom_sys_malloc((size_t)R * sizeof(double));
-  if (!L || !rl) {
+  float *xt, *wt;
+  const float *px = as_f32(x, &xt), *pw = as_f32(w, &wt);
+  if (!L || !rl || !px || !pw) {
     loom_sys_free(L);
     loom_sys_free(rl);
+    loom_sys_free(xt);
+    loom_sys_free(wt);
     return loom_set_error(LOOM_ERR_OOM, "linear_cross_entropy: out of host memory for %lld rows of logits",
                           (long long)R);
   }
-  const float *px = loom_tensor_ptr(x), *pw = loom_tensor_ptr(w);
   float *plse = loom_tensor_ptr(a->out[1]);
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += R) {
@@ -84,6 +115,8 @@ loom_status loom_cpu_linear_cross_entropy(loom_op_args *a) {
   }
   loom_sys_free(L);
   loom_sys_free(rl);
+  loom_sys_free(xt);
+  loom_sys_free(wt);
   *(float *)loom_tensor_ptr(a->out[0]) = N > 0 ? (float)(total / (double)N) : NAN;
   return LOOM_OK;
 }
@@ -93,14 +126,22 @@ loom_status loom_cpu_linear_cross_entropy_backward(loom_op_args *a) {
   loom_tensor *dx = a->out[0], *dw = a->out[1];
   int64_t N = x->shape[0], E = x->shape[1], V = w->shape[0];
   float g = *(const float *)loom_tensor_ptr(gy) / (float)(N > 0 ? N : 1);
-  if (dw) memset(loom_tensor_ptr(dw), 0, (size_t)(V * E) * sizeof(float));
-  if (N == 0) return LOOM_OK;
   int64_t R = chunk_rows(N, V);
   float *L = loom_sys_malloc((size_t)(R * V) * sizeof(float));
-  if (!L)
+  float *xt, *wt, *dxt, *dwt;
+  const float *px = as_f32(x, &xt), *pw = as_f32(w, &wt);
+  float *pdx = out_f32(dx, &dxt), *pdw = out_f32(dw, &dwt);
+  if (!L || !px || !pw || (dx && !pdx) || (dw && !pdw)) {
+    loom_sys_free(L);
+    loom_sys_free(xt);
+    loom_sys_free(wt);
+    loom_sys_free(dxt);
+    loom_sys_free(dwt);
     return loom_set_error(LOOM_ERR_OOM, "linear_cross_entropy backward: out of host memory for %lld rows of logits",
                           (long long)R);
-  const float *px = loom_tensor_ptr(x), *pw = loom_tensor_ptr(w), *plse = loom_tensor_ptr(lse);
+  }
+  if (pdw) memset(pdw, 0, (size_t)(V * E) * sizeof(float));
+  const float *plse = loom_tensor_ptr(lse);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     int64_t nr = N - r0 < R ? N - r0 : R;
     logits(px, pw, r0, nr, V, E, L);
@@ -110,9 +151,13 @@ loom_status loom_cpu_linear_cross_entropy_backward(loom_op_args *a) {
       for (int64_t j = 0; j < V; j++) row[j] = loom_exp_host_f(row[j] - ls) * g;
       row[label_at(labels, r0 + i)] -= g;
     }
-    if (dx) loom_cpu_sgemm(false, false, nr, E, V, 1.0f, L, V, pw, E, 0.0f, (float *)loom_tensor_ptr(dx) + r0 * E, E);
-    if (dw) loom_cpu_sgemm(true, false, V, E, nr, 1.0f, L, V, px + r0 * E, E, 1.0f, loom_tensor_ptr(dw), E);
+    if (pdx) loom_cpu_sgemm(false, false, nr, E, V, 1.0f, L, V, pw, E, 0.0f, pdx + r0 * E, E);
+    if (pdw) loom_cpu_sgemm(true, false, V, E, nr, 1.0f, L, V, px + r0 * E, E, 1.0f, pdw, E);
   }
   loom_sys_free(L);
+  loom_sys_free(xt);
+  loom_sys_free(wt);
+  finish_out(dx, dxt);
+  finish_out(dw, dwt);
   return LOOM_OK;
 }

@@ -93,6 +93,8 @@ typedef struct loom_lt_gemm {
   void *bias;
   void *aux; int64_t aux_ld;
   float beta;                 /* 0: overwrite C; 1: accumulate */
+  bool c_f32;                 /* C in f32 while A and B are f16/bf16 (f32 logits or an f32 accumulator
+                                 from 16-bit operands); DEFAULT epilogue only */
 } loom_lt_gemm;
 loom_status loom_lt_gemm_run(loom_cuda_ctx *ctx, const loom_lt_gemm *g);
 bool loom_cuda_tf32_allowed(void);

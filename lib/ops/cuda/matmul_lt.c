@@ -39,7 +39,7 @@
 #include "core/sys.h"
 
 typedef struct plan_key {
-  int64_t dev, dt, ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch, epilogue, aux_ld, tf32, refuse;
+  int64_t dev, dt, c_f32, ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch, epilogue, aux_ld, tf32, refuse;
   int64_t align[5];  /* A, B, C, bias, aux: largest power of two <= 256 dividing the address */
 } plan_key;
 
@@ -164,7 +164,7 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
   p->key = *key;
   pthread_mutex_init(&p->lock, NULL);
   loom_status st = LOOM_OK;
-  cudaDataType_t t = cuda_type(g->dt);
+  cudaDataType_t t = cuda_type(g->dt), tc = g->c_f32 ? CUDA_R_32F : t;
   cublasComputeType_t ct =
       (g->dt == LOOM_F32 && key->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   /* Column-major problem: m = N, n = M; cuBLASLt's A is our B and vice versa. */
@@ -190,7 +190,7 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
     st = make_layout(&p->la, t, g->trans_b ? g->K : g->N, g->trans_b ? g->N : g->K, g->ldb, g->batch, g->sb);
   if (st == LOOM_OK)
     st = make_layout(&p->lb, t, g->trans_a ? g->M : g->K, g->trans_a ? g->K : g->M, g->lda, g->batch, g->sa);
-  if (st == LOOM_OK) st = make_layout(&p->lc, t, g->N, g->M, g->ldc, g->batch, g->sc);
+  if (st == LOOM_OK) st = make_layout(&p->lc, tc, g->N, g->M, g->ldc, g->batch, g->sc);
   if (st == LOOM_OK && key->refuse) {
     loom_log_msg(LOOM_LOG_INFO, "cuBLASLt: refusing algorithms (testing switch) for epilogue %d", (int)epi);
   } else if (st == LOOM_OK) {
@@ -207,6 +207,13 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
     TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]));
     TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]));
     TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]));
+    /* Split-K partial sums stay in f32: the INPLACE and OUTPUT_TYPE schemes
+     * add them in the output type, and for f16/bf16 that rounds every
+     * partial (the first GPU run: a bf16 product over 2048 terms 1.5 of its
+     * tolerance off, against one rounding of an f32 sum). */
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (tc != CUDA_R_32F)
+      TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
     if (st == LOOM_OK) {
       cublasLtMatmulHeuristicResult_t res;
       int count = 0;
@@ -246,6 +253,8 @@ static loom_status gemm_ex(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
   if (!ctx->blas) {
     cublasStatus_t cs = cublasCreate(&ctx->blas);
     if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetWorkspace(ctx->blas, ctx->workspace, ctx->workspace_bytes);
+    /* As the cuBLASLt plans: no split-K partials rounded to f16/bf16. */
+    if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     if (cs != CUBLAS_STATUS_SUCCESS) {
       if (ctx->blas) cublasDestroy(ctx->blas);
       ctx->blas = NULL;
@@ -262,7 +271,8 @@ static loom_status gemm_ex(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
       cs = cublasGemmStridedBatchedEx_64(ctx->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                          g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->N, g->M, g->K, &alpha, g->B, t,
                                          g->ldb, g->batch > 1 ? g->sb : 0, g->A, t, g->lda, g->batch > 1 ? g->sa : 0,
-                                         &beta, g->C, t, g->ldc, g->batch > 1 ? g->sc : 0, g->batch, ct,
+                                         &beta, g->C, g->c_f32 ? CUDA_R_32F : t, g->ldc, g->batch > 1 ? g->sc : 0,
+                                         g->batch, ct,
                                          CUBLAS_GEMM_DEFAULT);
     if (cs != CUBLAS_STATUS_SUCCESS) st = loom_cublas_error(cs, "cublasGemmStridedBatchedEx", __FILE__, __LINE__);
   }
@@ -271,10 +281,13 @@ static loom_status gemm_ex(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
 }
 
 loom_status loom_lt_gemm_run(loom_cuda_ctx *ctx, const loom_lt_gemm *g) {
+  if (g->c_f32 && g->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    return loom_set_error(LOOM_ERR_INTERNAL, "matmul: an f32 C from 16-bit operands takes no epilogue");
   plan_key key;
   memset(&key, 0, sizeof key);
   key.dev = ctx->dev.index;
   key.dt = g->dt;
+  key.c_f32 = g->c_f32 && g->dt != LOOM_F32;
   key.ta = g->trans_a;
   key.tb = g->trans_b;
   key.M = g->M;
