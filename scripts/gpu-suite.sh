@@ -374,16 +374,19 @@ step memcheck_test_cuda_paths --core --gpu --sanitizer --needs "$T/test_cuda_pat
 step gpt2_bf16_vs_pytorch --gpu --needs "$B/examples/loom-gpt" --budget 120 -- "sh '$ROOT/bench/gpt/run_gpt2_gpu.sh' --build '$B' --python '$PY' --rounds 2 --steps 20"
 # Where a GPT-2 step's time goes on the GPU: loom's per-op table with device time (3 profiled steps).
 step gpt2_bf16_profile --gpu --needs "$B/examples/loom-gpt" --budget 60 -- "sh '$ROOT/bench/gpt/run_gpt2_gpu.sh' --build '$B' --python '$PY' --profile '$B/gpt2-trace.json'"
-# Issue 28's quality target at the recipe's size: nanoGPT's baby GPT (6 x 384, context 256, batch 64,
-# dropout 0.2, 5000 steps) on the default corpus, loom vs the twin from the same initial weights.
-step gpt_baby_quality_bf16 --gpu --needs "$B/examples/loom-gpt" --data "$GPT_DATA" --budget 300 -- \
-  "sh '$ROOT/bench/gpt/run_gpt_quality.sh' --build '$B' --python '$PY' -- --data '$GPT_DATA' --device cuda --precision bf16 --layers 6 --heads 6 --embd 384 --block 256 --batch 64 --steps 5000 --lr 1e-3 --min-lr 1e-4 --warmup 100 --dropout 0.2 --eval-batches 200"
+# matmul/linear/linear_backward at every size, dtype and layout, each launch waited for, so that a
+# faulting kernel fails at its own launch (the second H200 run: a misaligned address after linear).
+step op_sweep_cuda_linalg_blocking --gpu --needs "$T/test_op_sweep" --budget 60 -- \
+  "CUDA_LAUNCH_BLOCKING=1 LOOM_TEST_DEVICE=cuda LOOM_SWEEP_FULL=1 LOOM_SWEEP_OPS=matmul,linear,linear_backward '$T/test_op_sweep' --jobs 1 --filter 'op_sweep_cuda/*'"
 # Fused attention (loom's kernels) against matmul + softmax + matmul at GPT-2's shapes (issue 28).
 step attention_cuda_f32 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 f32"
 step attention_cuda_bf16 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 bf16"
 # The first comparisons with PyTorch on the same GPU (the project's headline claim).
 step mlp_vs_pytorch --gpu --needs "$B/bench/bench_mlp_step" --budget 60 -- "LOOM_PYTHON='$PY' '$ROOT/bench/mlp/run_mlp_vs_pytorch.sh' --device cuda --build '$B' --rounds 3"
 step resnet50_amp_vs_pytorch --gpu --needs "$B/examples/loom-resnet" --budget 120 -- "LOOM_PYTHON='$PY' '$ROOT/bench/resnet/run_resnet_vs_pytorch.sh' --device cuda --build '$B' --rounds 2 --steps 20"
+# Where ResNet-50's fp16 step goes (0.45-0.47x PyTorch on the H200): the per-op table with device time.
+step resnet50_fp16_profile --gpu --needs "$B/examples/loom-resnet" --budget 60 -- \
+  "'$B/examples/loom-resnet' --model resnet50 --synthetic 3x224x224 --batch 256 --steps 6 --warmup 3 --shortcut A --device cuda --format nhwc --precision fp16 --profile '$B/r50-trace.json' --profile-warmup 4 --profile-steps 3"
 # The op sweep at every size, dtype and layout on the GPU (tests/test_op_sweep.c's full mode).
 step op_sweep_cuda_full --gpu --needs "$T/test_op_sweep" --budget 120 -- \
   "LOOM_TEST_DEVICE=cuda LOOM_SWEEP_FULL=1 '$T/test_op_sweep' --jobs 1 --filter 'op_sweep_cuda/*'"
@@ -409,6 +412,10 @@ step mnist_cuda_graph_trains --gpu --needs "$B/examples/loom-mnist" --budget 60 
   "sh '$ROOT/examples/common/check_cuda_graph.sh' '$B/examples/loom-mnist' --device cuda --data '$MNIST_DATA' --epochs $EPOCHS --seed 42"
 step resnet20_cuda_graph_trains --gpu --needs "$B/examples/loom-resnet" --budget 90 -- \
   "ACC_MARGIN=0.03 sh '$ROOT/examples/common/check_cuda_graph.sh' '$B/examples/loom-resnet' --device cuda --data '$MNIST_DATA' --epochs 1 --seed 42"
+# Issue 28's quality target at the recipe's size (met on the H200, 2026-11-26: 1.2842 vs 1.2936; ~180 s): nanoGPT's baby GPT (6 x 384, context 256, batch 64,
+# dropout 0.2, 5000 steps) on the default corpus, loom vs the twin from the same initial weights.
+step gpt_baby_quality_bf16 --gpu --needs "$B/examples/loom-gpt" --data "$GPT_DATA" --budget 300 -- \
+  "sh '$ROOT/bench/gpt/run_gpt_quality.sh' --build '$B' --python '$PY' -- --data '$GPT_DATA' --device cuda --precision bf16 --layers 6 --heads 6 --embd 384 --block 256 --batch 64 --steps 5000 --lr 1e-3 --min-lr 1e-4 --warmup 100 --dropout 0.2 --eval-batches 200"
 # The CNN op tests run every case on LOOM_TEST_DEVICE (no *cuda* suite names): no filter.
 step memcheck_test_ops_conv --gpu --sanitizer --needs "$T/test_ops_conv" --budget 60 -- \
   "LOOM_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --report-api-errors no --leak-check full --error-exitcode 1 --target-processes all '$T/test_ops_conv' --jobs 1"

@@ -237,6 +237,24 @@ static bool sweep_full(void) {
   return e && *e && strcmp(e, "0") != 0;
 }
 
+/* LOOM_SWEEP_OPS=name,name,...: only these ops' configurations run (the
+ * table checks still run for every op). For a focused rerun on a GPU, e.g.
+ * with CUDA_LAUNCH_BLOCKING=1 so that a faulting kernel is named by the
+ * launch that fails rather than by a later read. */
+static bool op_selected(const char *name) {
+  const char *e = getenv("LOOM_SWEEP_OPS");
+  if (!e || !*e) return true;
+  size_t n = strlen(name);
+  for (const char *p = e; *p;) {
+    const char *q = strchr(p, ',');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    if (len == n && !strncmp(p, name, n)) return true;
+    if (!q) break;
+    p = q + 1;
+  }
+  return false;
+}
+
 static const loom_dtype DTYPES[3] = {LOOM_F32, LOOM_F16, LOOM_BF16};
 
 static double now_s(void) {
@@ -257,6 +275,7 @@ static void sweep_op(int id, loom_device dev) {
   const char *problem = table_problem(id, why, sizeof why);
   cr_assert_null(problem, "%s", problem);
   const sw_case *cs = &g_cases[id];
+  if (!op_selected(op_name(id))) return;
   bool full = sweep_full();
   /* One CPU thread: on the small shapes more only add fork/join waits
    * (seconds on a loaded machine); the kernels' chunking runs either way. */

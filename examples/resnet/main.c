@@ -362,19 +362,35 @@ static int synthetic_run(const options *o, trainer *t, int64_t classes, loom_dev
   free(lab);
   if (x && o->format == LOOM_FORMAT_NHWC) x = loom_to_memory_format(x, LOOM_FORMAT_NHWC);
   if (!x || !y) return fail("synthetic batch");
+  /* --profile / --logdir see these steps too (the profiled ones then cost
+   * the profiler's time inside the timed window). */
+  observe *obs = observe_open(&o->obs, dev, NULL, "loom-resnet");
+  if (!obs) return 1;
   double t0 = 0;
   double loss = 0;
-  for (int64_t s = 0; s < o->warmup + o->steps; s++) {
+  int rc = 0;
+  for (int64_t s = 0; s < o->warmup + o->steps && !rc; s++) {
     if (s == o->warmup) {
-      if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
+      if (loom_device_synchronize(dev) != LOOM_OK) {
+        rc = fail("synchronize");
+        break;
+      }
       t0 = cli_now_s();
+    }
+    if (observe_step_begin(obs, s)) {
+      rc = 1;
+      break;
     }
     loom_scope_begin();
     loom_tensor *l = train_step(t, x, y, NULL);
-    if (!l) return fail("training step");
-    if (s + 1 == o->warmup + o->steps && loom_item(l, &loss) != LOOM_OK) return fail("reading the loss");
+    if (!l) rc = fail("training step");
+    else if (s + 1 == o->warmup + o->steps && loom_item(l, &loss) != LOOM_OK) rc = fail("reading the loss");
     loom_scope_end();
+    observe_step os = {.global_step = s, .samples = o->batch};
+    if (!rc && observe_step_end(obs, &os)) rc = 1;
   }
+  if (observe_close(obs)) rc = 1;
+  if (rc) return rc;
   if (loom_device_synchronize(dev) != LOOM_OK) return fail("synchronize");
   double dt = cli_now_s() - t0;
   if (rank != 0) return 0;
