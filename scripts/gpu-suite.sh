@@ -378,6 +378,13 @@ step gpt2_bf16_profile --gpu --needs "$B/examples/loom-gpt" --budget 60 -- "sh '
 # faulting kernel fails at its own launch (the second H200 run: a misaligned address after linear).
 step op_sweep_cuda_linalg_blocking --gpu --needs "$T/test_op_sweep" --budget 60 -- \
   "CUDA_LAUNCH_BLOCKING=1 LOOM_TEST_DEVICE=cuda LOOM_SWEEP_FULL=1 LOOM_SWEEP_OPS=matmul,linear,linear_backward '$T/test_op_sweep' --jobs 1 --filter 'op_sweep_cuda/*'"
+# The chunked attention path (LOOM_CUDA_ATTENTION=chunked: batched cuBLASLt GEMMs over chunks of query
+# rows, tensor cores in bf16; off by default until these pass): the transformer op tests and the GPT's
+# CUDA-vs-CPU tests on it, its speed against the fused kernels and the unfused ops, and GPT-2 with it.
+step transformer_tests_chunked --gpu --needs "$T/test_ops_transformer" --budget 60 -- \
+  "LOOM_CUDA_ATTENTION=chunked LOOM_TEST_DEVICE=cuda '$T/test_ops_transformer' --jobs 4 && LOOM_CUDA_ATTENTION=chunked LOOM_TEST_DEVICE=cuda '$T/test_gpt' --jobs 2 --filter 'gpt_cuda/*'"
+step attention_cuda_bf16_chunked --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "LOOM_CUDA_ATTENTION=chunked '$B/bench/bench_attention_cuda' 5 10 bf16"
+step gpt2_bf16_chunked_vs_pytorch --gpu --needs "$B/examples/loom-gpt" --budget 90 -- "LOOM_CUDA_ATTENTION=chunked sh '$ROOT/bench/gpt/run_gpt2_gpu.sh' --build '$B' --python '$PY' --rounds 1 --steps 20"
 # Fused attention (loom's kernels) against matmul + softmax + matmul at GPT-2's shapes (issue 28).
 step attention_cuda_f32 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 f32"
 step attention_cuda_bf16 --gpu --needs "$B/bench/bench_attention_cuda" --budget 45 -- "'$B/bench/bench_attention_cuda' 5 10 bf16"

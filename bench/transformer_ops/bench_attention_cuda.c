@@ -8,6 +8,9 @@
  *   bench=attention_cuda ratio pass=.. shape=.. dtype=.. unfused_over_fused=..
  * tflops counts the causal half of 4 T^2 D (forward) or 10 T^2 D (forward +
  * backward: 2.5x forward's products, as FlashAttention counts) per head.
+ * With LOOM_CUDA_ATTENTION=chunked in the environment the op takes its
+ * chunked path (lib/ops/cuda/attention_chunked.cu: batched GEMMs over
+ * chunks of query rows) and the lines say path=chunked instead of fused.
  * Without a GPU it prints why and exits 0 (a skip). The unfused side needs
  * softmax on CUDA; where that is missing it is reported as unavailable and
  * the fused side still runs.
@@ -97,6 +100,8 @@ static void run_shape(const int64_t *sh, loom_dtype dt, int rounds, int iters, l
   char shape[64];
   snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
            (long long)sh[3]);
+  const char *env = getenv("LOOM_CUDA_ATTENTION");
+  const char *fname = env && !strcmp(env, "chunked") ? "chunked" : "fused";
   double flops_fwd = 4.0 * (double)(sh[0] * sh[1]) * (double)T * (double)T * (double)sh[3] / 2.0;
   for (int bwd = 0; bwd < 2; bwd++) {
     const char *pname = bwd ? "fwd_bwd" : "fwd";
@@ -117,13 +122,13 @@ static void run_shape(const int64_t *sh, loom_dtype dt, int rounds, int iters, l
     qsort(tf, (size_t)rounds, sizeof *tf, cmp);
     qsort(tu, (size_t)rounds, sizeof *tu, cmp);
     double mf = tf[rounds / 2], mu = tu[rounds / 2];
-    printf("bench=attention_cuda path=fused pass=%s shape=%s dtype=%s ms=%.4f tflops=%.2f\n", pname, shape,
+    printf("bench=attention_cuda path=%s pass=%s shape=%s dtype=%s ms=%.4f tflops=%.2f\n", fname, pname, shape,
            loom_dtype_name(dt), mf, flops / (mf * 1e-3) / 1e12);
     if (have_unfused) {
       printf("bench=attention_cuda path=unfused pass=%s shape=%s dtype=%s ms=%.4f tflops=%.2f\n", pname, shape,
              loom_dtype_name(dt), mu, flops / (mu * 1e-3) / 1e12);
-      printf("bench=attention_cuda ratio pass=%s shape=%s dtype=%s unfused_over_fused=%.3f\n", pname, shape,
-             loom_dtype_name(dt), mu / mf);
+      printf("bench=attention_cuda ratio pass=%s shape=%s dtype=%s unfused_over_%s=%.3f\n", pname, shape,
+             loom_dtype_name(dt), fname, mu / mf);
     } else {
       printf("bench=attention_cuda path=unfused pass=%s shape=%s dtype=%s unavailable: %s\n", pname, shape,
              loom_dtype_name(dt), whybuf);

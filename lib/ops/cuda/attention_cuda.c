@@ -4,10 +4,22 @@
  * take, and launch loom's own kernels (attention.cu) on the device's
  * compute stream. No scratch memory: beyond its inputs and outputs the op
  * keeps O(T) per head (lse, and backward's stats). cuDNN's fused attention
- * is not used (yet): these kernels are the only CUDA path. */
+ * is not used (yet).
+ *
+ * LOOM_CUDA_ATTENTION=chunked (an experiment, off by default until a GPU
+ * has timed and checked it) takes the chunked path instead
+ * (attention_chunked.cu): batched cuBLASLt GEMMs over chunks of query rows
+ * with row kernels between them, so the products run on tensor cores in
+ * f16/bf16; its scratch is [heads per group, rows per chunk, T] (S in f32,
+ * P in the dtype, at most CHUNK_BUDGET bytes unless one head's chunk is
+ * larger), plus f32 sums of dk, dv for 16-bit dtypes. */
 #ifdef LOOM_HAVE_CUDA
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "alloc/alloc.h"
+#include "ops/cuda/attention_chunked.h"
 #include "ops/cuda/attention_launch.h"
 #include "ops/cuda/cuda_internal.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -32,6 +44,50 @@ static loom_status attn_shape(const char *op, const loom_op_args *a, const loom_
   return LOOM_OK;
 }
 
+/* ---- the chunked path ---------------------------------------------------------------- */
+
+#define CHUNK_ROWS 128                      /* query rows per chunk */
+#define CHUNK_BUDGET ((int64_t)256 << 20)   /* bytes of S + P per head group */
+
+static bool chunked_wanted(void) {
+  const char *e = getenv("LOOM_CUDA_ATTENTION");
+  return e && !strcmp(e, "chunked");
+}
+
+static int lt_gemm(void *ctx, const loom_attn_gemm *g) {
+  loom_lt_gemm l = {.dt = (loom_dtype)g->dt, .trans_a = g->ta, .trans_b = g->tb, .M = g->M, .N = g->N, .K = g->K,
+                    .A = g->A, .lda = g->lda, .sa = g->sa, .B = g->B, .ldb = g->ldb, .sb = g->sb,
+                    .C = g->C, .ldc = g->ldc, .sc = g->sc, .batch = g->batch,
+                    .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .beta = g->beta, .c_f32 = g->c_f32 != 0};
+  return loom_lt_gemm_run((loom_cuda_ctx *)ctx, &l) == LOOM_OK ? 0 : 1;
+}
+
+static loom_status chunked(loom_cuda_ctx *c, const loom_cu_attn *p, bool bw) {
+  loom_attn_chunks ch = {.gemm = lt_gemm, .ctx = c};
+  ch.tq = p->T < CHUNK_ROWS ? p->T : CHUNK_ROWS;
+  int64_t per_head = loom_attn_chunk_bytes(p->dt, ch.tq, 1, p->T);
+  ch.hb = per_head > 0 ? CHUNK_BUDGET / per_head : p->bh;
+  if (ch.hb < 1) ch.hb = 1;
+  if (ch.hb > p->bh) ch.hb = p->bh;
+  void *S = NULL, *P = NULL, *dkf = NULL, *dvf = NULL;
+  size_t block = (size_t)(ch.hb * ch.tq * p->T), all = (size_t)(p->bh * p->T * p->D) * sizeof(float);
+  loom_status st = loom_alloc_malloc(c->dev, block * sizeof(float), NULL, &S);
+  if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, block * (p->dt == 0 ? 4 : 2), NULL, &P);
+  if (st == LOOM_OK && bw && p->dt != 0 && p->dk) st = loom_alloc_malloc(c->dev, all, NULL, &dkf);
+  if (st == LOOM_OK && bw && p->dt != 0 && p->dv) st = loom_alloc_malloc(c->dev, all, NULL, &dvf);
+  if (st == LOOM_OK) {
+    ch.S = S, ch.P = P, ch.dkf = dkf, ch.dvf = dvf;
+    int rc = bw ? loom_cu_attention_chunked_bwd(p, &ch, c->stream) : loom_cu_attention_chunked_fwd(p, &ch, c->stream);
+    if (rc == 1) st = loom_last_status();
+    else if (rc == 2) st = loom_cuda_error(ch.err, bw ? "attention backward (chunked)" : "attention (chunked)", __FILE__, __LINE__);
+  }
+  loom_alloc_free(c->dev, S);
+  loom_alloc_free(c->dev, P);
+  loom_alloc_free(c->dev, dkf);
+  loom_alloc_free(c->dev, dvf);
+  return st;
+}
+
 static const void *cptr(const loom_tensor *t) { return t ? loom_tensor_ptr((loom_tensor *)t) : NULL; }
 static void *ptr(loom_tensor *t) { return t ? loom_tensor_ptr(t) : NULL; }
 
@@ -46,6 +102,7 @@ loom_status loom_cuda_attention(loom_op_args *a) {
   p.v = cptr(a->in[2]);
   p.out = ptr(a->out[0]);
   p.lse = ptr(a->out[1]);
+  if (chunked_wanted()) return chunked(c, &p, false);
   LOOM_LAUNCH_CHECK(loom_cu_attention_fwd(&p, c->stream));
   return LOOM_OK;
 }
@@ -66,6 +123,7 @@ loom_status loom_cuda_attention_backward(loom_op_args *a) {
   p.dq = ptr(a->out[0]);
   p.dk = ptr(a->out[1]);
   p.dv = ptr(a->out[2]);
+  if (chunked_wanted()) return chunked(c, &p, true);
   LOOM_LAUNCH_CHECK(loom_cu_attention_bwd(&p, c->stream));
   return LOOM_OK;
 }
