@@ -27,6 +27,7 @@
  *  - the vectorized / contiguous / strided elementwise and cast paths
  *    (misaligned views, tails, broadcast scalars, f16 NaN payloads), the split
  *    full reductions, and the deferred cross-entropy label check. */
+#include <criterion/logging.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -642,7 +643,7 @@ CUDA_TEST(cuda_alloc, pinned_host_blocks_are_page_locked_and_reused) {
 typedef struct run_out {
   double loss;
   double *grads[8];
-  int64_t n[8];
+  int64_t n[8], cols[8]; /* elements, and the last dim (a weight's inputs) */
   int np;
 } run_out;
 
@@ -673,6 +674,7 @@ static void mlp_run(loom_module *m, loom_tensor *x, loom_tensor *y, run_out *r, 
     cr_assert_not_null(g, "parameter %d has no gradient", i);
     r->grads[i] = tk_read(g);
     r->n[i] = loom_tensor_numel(g);
+    r->cols[i] = loom_tensor_dim(g, loom_tensor_ndim(g) - 1);
   }
   loom_scope_end();
 }
@@ -684,6 +686,24 @@ static void run_free(run_out *r) {
 static void compare_runs(const run_out *a, const run_out *b, double rtol, double atol, const char *what) {
   cr_assert(fabs(a->loss - b->loss) <= atol + rtol * fabs(b->loss), "%s: loss %.9g vs %.9g", what, a->loss, b->loss);
   cr_assert_eq(a->np, b->np);
+  /* Before the first failing assertion: how many elements of each gradient
+   * are off, in how many rows (a weight's output features), so that one
+   * GPU run tells a flipped ReLU mask (whole rows) from rounding (scattered). */
+  for (int i = 0; i < a->np; i++) {
+    int64_t bad = 0, rows = 0, last_row = -1, first_row = -1;
+    for (int64_t e = 0; e < a->n[i]; e++) {
+      double g = a->grads[i][e], w = b->grads[i][e];
+      if (fabs(g - w) <= atol + rtol * fabs(w)) continue;
+      bad++;
+      int64_t r = e / (a->cols[i] > 0 ? a->cols[i] : 1);
+      if (r != last_row) rows++, last_row = r;
+      if (first_row < 0) first_row = r;
+    }
+    if (bad)
+      cr_log_warn("%s: parameter %d: %lld of %lld gradient elements past the tolerance, in %lld rows of %lld "
+                  "(first: row %lld)", what, i, (long long)bad, (long long)a->n[i], (long long)rows,
+                  (long long)(a->n[i] / (a->cols[i] > 0 ? a->cols[i] : 1)), (long long)first_row);
+  }
   for (int i = 0; i < a->np; i++) tk_assert_close(a->grads[i], b->grads[i], a->n[i], atol, rtol, what);
 }
 
