@@ -134,6 +134,13 @@ DEVICE_TEST(sync, expandable_segments_step_never_waits_and_unmap_waits_are_count
   loom_sync_counts after = loom_sync_counts_get();
   cr_assert_eq(loom_memory_stats_get(dev, &st), LOOM_OK);
   int64_t unmaps = st.num_device_frees - frees;
+  if (unmaps == 0) {
+    /* The second GPU run failed here: say which blocks still hold the
+     * granules (segments, live blocks and their sizes). */
+    char *snap = loom_memory_snapshot_json(dev);
+    fprintf(stderr, "sync: nothing unmapped; the allocator's state:\n%s\n", snap ? snap : loom_last_error());
+    loom_free(snap);
+  }
   cr_assert_gt(unmaps, 0, "empty_cache unmapped nothing");
   if (dev.kind == LOOM_CUDA)
     cr_assert_eq(kind_delta(&before, &after, LOOM_SYNC_DEVICE), unmaps,
