@@ -36,25 +36,22 @@ static int64_t chunk_rows(int64_t N, int64_t V) {
   return r < N ? r : (N > 0 ? N : 1);
 }
 
-/* t's elements as f32: its own data, or a widened copy in *tmp (f16/bf16;
- * NULL with *tmp NULL when out of memory). */
-static float *as_f32(const loom_tensor *t, float **tmp) {
-  *tmp = NULL;
-  if (t->dtype == LOOM_F32) return loom_tensor_ptr(t);
-  int64_t n = loom_shape_numel(t->ndim, t->shape);
-  *tmp = loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
-  if (*tmp) loom_cpu_load_f32(loom_tensor_ptr(t), t->dtype, 1, n, *tmp);
-  return *tmp;
-}
-
-/* An f32 buffer for output t (its own data when f32); when tmp, rounded
- * into t by finish_out. */
+/* An f32 buffer for t (its own data when f32, NULL for no t): for an
+ * f16/bf16 t a new one in *tmp (NULL when out of memory), which finish_out
+ * rounds into t. */
 static float *out_f32(loom_tensor *t, float **tmp) {
   *tmp = NULL;
   if (!t || t->dtype == LOOM_F32) return t ? loom_tensor_ptr(t) : NULL;
   int64_t n = loom_shape_numel(t->ndim, t->shape);
   *tmp = loom_sys_malloc((size_t)(n ? n : 1) * sizeof(float));
   return *tmp;
+}
+
+/* t's elements as f32: out_f32's buffer, filled with t widened. */
+static float *as_f32(loom_tensor *t, float **tmp) {
+  float *p = out_f32(t, tmp);
+  if (*tmp) loom_cpu_load_f32(loom_tensor_ptr(t), t->dtype, 1, loom_shape_numel(t->ndim, t->shape), *tmp);
+  return p;
 }
 
 static void finish_out(loom_tensor *t, float *tmp) {

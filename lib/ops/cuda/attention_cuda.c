@@ -72,7 +72,7 @@ static loom_status chunked(loom_cuda_ctx *c, const loom_cu_attn *p, bool bw) {
   void *S = NULL, *P = NULL, *dkf = NULL, *dvf = NULL;
   size_t block = (size_t)(ch.hb * ch.tq * p->T), all = (size_t)(p->bh * p->T * p->D) * sizeof(float);
   loom_status st = loom_alloc_malloc(c->dev, block * sizeof(float), NULL, &S);
-  if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, block * (p->dt == 0 ? 4 : 2), NULL, &P);
+  if (st == LOOM_OK) st = loom_alloc_malloc(c->dev, block * loom_dtype_size((loom_dtype)p->dt), NULL, &P);
   if (st == LOOM_OK && bw && p->dt != 0 && p->dk) st = loom_alloc_malloc(c->dev, all, NULL, &dkf);
   if (st == LOOM_OK && bw && p->dt != 0 && p->dv) st = loom_alloc_malloc(c->dev, all, NULL, &dvf);
   if (st == LOOM_OK) {

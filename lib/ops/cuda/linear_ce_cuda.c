@@ -44,7 +44,7 @@ static loom_status gemm(loom_cuda_ctx *c, loom_dtype dt, bool c_f32, bool ta, bo
   loom_lt_gemm g = {.dt = dt, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
                     .A = A, .lda = lda, .B = B, .ldb = ldb, .C = C, .ldc = ldc, .batch = 1,
                     /* DEFAULT always runs (cublasGemmEx when cuBLASLt has no algorithm) */
-                    .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .beta = beta, .c_f32 = c_f32 && dt != LOOM_F32};
+                    .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .beta = beta, .c_f32 = c_f32};
   return loom_lt_gemm_run(c, &g);
 }
 

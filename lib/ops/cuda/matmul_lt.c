@@ -209,7 +209,7 @@ static loom_status plan_build(loom_cuda_ctx *ctx, const loom_lt_gemm *g, const p
     TRYCB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]));
     /* Split-K partial sums stay in f32: the INPLACE and OUTPUT_TYPE schemes
      * add them in the output type, and for f16/bf16 that rounds every
-     * partial (the first GPU run: a bf16 product over 2048 terms 1.5 of its
+     * partial (the second GPU run: a bf16 product over 2048 terms 1.5 of its
      * tolerance off, against one rounding of an f32 sum). */
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     if (tc != CUDA_R_32F)
