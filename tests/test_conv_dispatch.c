@@ -8,9 +8,9 @@
  *
  * Under the instruction set in force (loom_cpu_isa(): the widest by
  * default; ctest runs this again with LOOM_CPU_ISA=avx2 and =scalar) each
- * geometry must get the path the selection rules below name — depthwise
- * (AVX-512 only), direct (AVX2 or AVX-512), 1x1 pointwise, else im2col +
- * GEMM — never an error, and its y, dX, dW and db must match a float64
+ * geometry must get the path the selection rules below name — Winograd
+ * (3x3 stride 1 NHWC, AVX2 or AVX-512), depthwise (AVX-512 only), direct
+ * (AVX2 or AVX-512), 1x1 pointwise, else im2col + GEMM — never an error, and its y, dX, dW and db must match a float64
  * reference. Spatial sizes shrink with the channel counts so that the
  * reference stays cheap (a few million multiply-adds per case). */
 #include <math.h>
@@ -31,10 +31,14 @@ static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
 }
 
 /* ---- the rules -------------------------------------------------------------- */
-/* What conv_cpu.c must choose at instruction-set level isa, written out
- * independently of it. */
-static loom_conv_path expected_path(const geo *g, loom_cpu_isa_level isa) {
+/* What conv_cpu.c must choose at instruction-set level isa for f32 tensors
+ * in format nhwc, written out independently of it. */
+static loom_conv_path expected_path(const geo *g, loom_cpu_isa_level isa, bool nhwc) {
   int64_t Cg = g->C / g->G, Og = g->O / g->G, taps = g->KH * g->KW;
+  if (isa != LOOM_CPU_ISA_SCALAR && nhwc && g->G == 1 && g->KH == 3 && g->KW == 3 && g->sh == 1 && g->sw == 1 &&
+      g->ph == 1 && g->pw == 1 && g->dh == 1 && g->dw == 1 && g->C % 16 == 0 && g->O % 16 == 0 && g->C <= 128 &&
+      g->O <= 128)
+    return LOOM_CONV_PATH_WINOGRAD;
   if (isa >= LOOM_CPU_ISA_AVX512 && g->G > 1 && Cg == 1 && Og == 1 && taps <= LOOM_CONV_MAX_TAPS)
     return LOOM_CONV_PATH_DEPTHWISE;
   if (isa != LOOM_CPU_ISA_SCALAR && taps <= LOOM_CONV_MAX_TAPS && !(g->G > 1 && (Og < 8 || Cg < 8)))
@@ -197,7 +201,8 @@ static loom_conv_path chosen_path(loom_tensor *x, loom_tensor *w, loom_tensor *b
   return loom_conv_cpu_choose(&g);
 }
 
-/* One case in both formats: the path, then y, dX, dW, db. Returns the path. */
+/* One case in both formats: the path, then y, dX, dW, db. Returns the NHWC
+ * path (NCHW differs only where NHWC runs Winograd). */
 static loom_conv_path check_case(const geo *c, int ci, bool bias, bool relu, loom_cpu_isa_level isa) {
   int64_t sx[4] = {c->N, c->C, c->H, c->W}, sw[4] = {c->O, c->C / c->G, c->KH, c->KW};
   int64_t OH = out_dim(c->H, c->KH, c->sh, c->ph, c->dh), OW = out_dim(c->W, c->KW, c->sw, c->pw, c->dw);
@@ -209,10 +214,11 @@ static loom_conv_path check_case(const geo *c, int ci, bool bias, bool relu, loo
   double *rdb = malloc((size_t)c->O * sizeof *rdb), *want = malloc((size_t)ny * sizeof *want);
   ref_forward(c, vx, vw, vb, pre);
   for (int64_t i = 0; i < ny; i++) want[i] = relu && pre[i] < 0 ? 0 : pre[i];
-  loom_conv_path want_path = expected_path(c, isa), got_path = want_path;
+  loom_conv_path want_path = expected_path(c, isa, false), got_path = want_path, nhwc_path = want_path;
   const int64_t Cg = c->C / c->G, Og = c->O / c->G;
   for (int nhwc = 0; nhwc < 2; nhwc++) {
     loom_scope_begin();
+    want_path = expected_path(c, isa, nhwc);
     char what[256];
     snprintf(what, sizeof what,
              "%s case %d: N=%lld C=%lld %lldx%lld -> O=%lld, %lldx%lld s%lldx%lld p%lldx%lld d%lldx%lld G=%lld %s "
@@ -253,9 +259,10 @@ static loom_conv_path check_case(const geo *c, int ci, bool bias, bool relu, loo
       tk_assert_tensor(loom_grad(b), 1, &c->O, LOOM_F32, rdb, atol_for(pix), 1e-5, w2);
     }
     loom_scope_end();
+    if (nhwc) nhwc_path = got_path;
   }
   free(vx), free(vw), free(vb), free(vg), free(pre), free(dz), free(rdx), free(rdw), free(rdb), free(want);
-  return got_path;
+  return nhwc_path;
 }
 
 /* The whole grid under the instruction set in force. */
@@ -266,7 +273,7 @@ Test(conv_dispatch, every_valid_geometry_gets_a_path_and_the_right_result, .time
    * without fork/join next to other tests under ctest -j. */
   loom_set_num_threads(1);
   tk_seed(2301);
-  int ran = 0, per_path[4] = {0}, big = 0;
+  int ran = 0, per_path[LOOM_CONV_NPATHS] = {0}, big = 0;
   for (int ch = 0; ch < NCHANNELS; ch++)
     for (int kn = 0; kn < NKERNS; kn++)
       for (int gr = 0; gr < NGROUPS; gr++) {
@@ -277,10 +284,10 @@ Test(conv_dispatch, every_valid_geometry_gets_a_path_and_the_right_result, .time
         big += g.O / g.G > 1024 || g.C / g.G > 1024;
         ran++;
       }
-  cr_log_info("%s: %d geometries x 2 formats: depthwise %d, direct %d, pointwise %d, gemm %d; %d with > 1024 "
-              "channels per group",
-              loom_cpu_isa(), ran, per_path[LOOM_CONV_PATH_DEPTHWISE], per_path[LOOM_CONV_PATH_DIRECT],
-              per_path[LOOM_CONV_PATH_POINTWISE], per_path[LOOM_CONV_PATH_GEMM], big);
+  cr_log_info("%s: %d geometries x 2 formats, NHWC paths: winograd %d, depthwise %d, direct %d, pointwise %d, gemm %d; "
+              "%d with > 1024 channels per group",
+              loom_cpu_isa(), ran, per_path[LOOM_CONV_PATH_WINOGRAD], per_path[LOOM_CONV_PATH_DEPTHWISE],
+              per_path[LOOM_CONV_PATH_DIRECT], per_path[LOOM_CONV_PATH_POINTWISE], per_path[LOOM_CONV_PATH_GEMM], big);
   loom_set_num_threads(0);
   cr_assert_geq(ran, 150, "the grid shrank to %d cases", ran);
   cr_assert_geq(big, 10);
@@ -288,6 +295,7 @@ Test(conv_dispatch, every_valid_geometry_gets_a_path_and_the_right_result, .time
   cr_assert_gt(per_path[LOOM_CONV_PATH_GEMM], 0);
   if (isa >= LOOM_CPU_ISA_AVX512) cr_assert_gt(per_path[LOOM_CONV_PATH_DEPTHWISE], 0);
   if (isa != LOOM_CPU_ISA_SCALAR) cr_assert_gt(per_path[LOOM_CONV_PATH_DIRECT], 0);
+  if (isa != LOOM_CPU_ISA_SCALAR) cr_assert_gt(per_path[LOOM_CONV_PATH_WINOGRAD], 0);
   else cr_assert_gt(per_path[LOOM_CONV_PATH_POINTWISE], 0);
   tk_leak_check();
 }

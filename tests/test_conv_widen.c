@@ -1,7 +1,9 @@
 /* test_conv_widen.c — conv2d on f16/bf16 operands where the CPU computes by
  * widening to f32 (the direct kernels, at LOOM_CPU_ISA avx512 and avx2: what
  * a CPU without AVX512_BF16 runs): y, dX, dW and db bit for bit what the same
- * convolution gives on f32 copies of the operands, rounded once to the 16-bit
+ * convolution gives on f32 copies of the operands through the same kernels
+ * (Winograd off: f32 NHWC 3x3 stride-1 layers run it, the widening path
+ * does not), rounded once to the 16-bit
  * dtype — the contract of the widening path, whether it widens whole tensors
  * first or (conv_direct.c) one image at a time inside its packers.
  *
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 
 #include "loom/loom.h"
+#include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/cpu_isa.h"
 #include "support/testkit.h"
 
@@ -79,14 +82,18 @@ static void check(const wcase *c, int ci, loom_dtype dt, bool nhwc, bool bias, b
   loom_tensor *bs = tk_rand_tensor(1, &c->O, -1, 1, 0, dt, loom_cpu(), NULL);
   loom_tensor *gs = tk_rand_tensor(4, sy, -1, 1, 0, dt, loom_cpu(), NULL);
   results got = run(c, dt, nhwc, bias, relu, xs, ws, bs, gs);
+  /* The widening path is the direct kernels' f32 convolution (f32 NHWC 3x3
+     stride-1 layers would take Winograd, another summation order). */
+  loom_conv_cpu_set_winograd(false);
   results ref = run(c, LOOM_F32, nhwc, bias, relu, xs, ws, bs, gs);
+  loom_conv_cpu_set_winograd(true);
   static const char *const NAMES[4] = {"y", "dX", "dW", "db"};
   for (int k = 0; k < 4; k++) {
     cr_assert_eq(got.n[k], ref.n[k]);
     for (int64_t i = 0; i < got.n[k]; i++) {
       const double want = tk_round(ref.v[k][i], dt);
       cr_assert(got.v[k][i] == want && signbit(got.v[k][i]) == signbit(want),
-                "[%s] case %d %s %s bias=%d relu=%d: %s[%lld] is %.9g, the f32 convolution rounded to %s gives %.9g",
+                "[%s] case %d %s %s bias=%d relu=%d: %s[%lld] is %.9g, the direct f32 convolution rounded to %s gives %.9g",
                 isa, ci, loom_dtype_name(dt), nhwc ? "NHWC" : "NCHW", bias, relu, NAMES[k], (long long)i, got.v[k][i],
                 loom_dtype_name(dt), want);
     }

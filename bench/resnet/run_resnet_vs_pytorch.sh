@@ -5,7 +5,10 @@
 # weights only, synthetic data (one batch made once).
 #
 #   CPU (default): ResNet-20, 3x32x32, batch 128, 2 threads, f32:
-#     loom NHWC and NCHW vs PyTorch NCHW and channels-last (oneDNN).
+#     loom NHWC and NCHW vs PyTorch NCHW and channels-last (oneDNN); loom
+#     NHWC twice: as it runs (Winograd for the 3x3 stride-1 convolutions)
+#     and with LOOM_CONV_WINOGRAD=0 (the direct kernels), reported as
+#     loom_nhwc_direct.
 #     --model resnet18|resnet50 (ImageNet-style, 3x224x224 unless --size):
 #     the same four cases for torchvision's architectures.
 #   GPU (--device cuda): ResNet-50, 3x224x224, batch 256, AMP (fp16 with
@@ -44,7 +47,7 @@ if [ "$DEVICE" = cpu ]; then
     resnet20|resnet56) SHAPE=${SHAPE:-3x32x32} ;;
     *) SHAPE=${SHAPE:-3x224x224} ;;
   esac
-  LOOM_CASES=("--format nhwc" "--format nchw")
+  LOOM_CASES=("--format nhwc" "LOOM_CONV_WINOGRAD=0 --format nhwc" "--format nchw")
   TORCH_CASES=("--format nchw" "--format nhwc")
   LOOM_COMMON="--device cpu --threads $THREADS"
   TORCH_COMMON="--device cpu --threads $THREADS"
@@ -66,9 +69,14 @@ field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 declare -A best
 for ((r = 1; r <= ROUNDS; r++)); do
   for c in "${LOOM_CASES[@]}"; do
+    # A case may start with environment assignments (VAR=value words).
+    envs=() args=""
+    for word in $c; do
+      if [ -z "$args" ] && [[ "$word" == LOOM_*=* ]]; then envs+=("$word"); else args="$args $word"; fi
+    done
     # shellcheck disable=SC2086
-    l=$("$BUILD/examples/loom-resnet" --model $MODEL --synthetic $SHAPE --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" \
-        --shortcut A $LOOM_COMMON $c --quiet | grep '^result' | tail -1)
+    l=$(env "${envs[@]}" "$BUILD/examples/loom-resnet" --model $MODEL --synthetic $SHAPE --batch "$BATCH" --steps "$STEPS" --warmup "$WARMUP" \
+        --shortcut A $LOOM_COMMON $args --quiet | grep '^result' | tail -1)
     echo "# round $r loom $c: $l"
     v=$(echo "$l" | field samples_per_sec)
     k="loom $c"; [ -n "$v" ] && best[$k]=$(awk -v a="${best[$k]:-0}" -v b="$v" 'BEGIN{print (b>a)?b:a}')
@@ -84,7 +92,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 lb=0 tb=0 line=""
 for k in "${!best[@]}"; do
-  name=$(echo "$k" | tr ' ' '_' | sed 's/--format_//; s/--precision_//; s/--amp/amp/; s/__*/_/g')
+  name=$(echo "$k" | sed 's/LOOM_CONV_WINOGRAD=0 \(.*\)/\1 direct/' | tr ' ' '_' |
+         sed 's/--format_//; s/--precision_//; s/--amp/amp/; s/__*/_/g')
   line="$line ${name}_samples_per_s=${best[$k]}"
   case "$k" in
     loom*) lb=$(awk -v a="$lb" -v b="${best[$k]}" 'BEGIN{print (b>a)?b:a}') ;;

@@ -87,10 +87,11 @@ static void out_done(loom_tensor *t, float *p) {
   if (p != loom_tensor_ptr(t)) loom_sys_free(p);
 }
 
-/* The fastest path that handles g: depthwise kernels, the direct kernels,
+/* The fastest path that handles g: Winograd (3x3 stride 1, NHWC, f32), depthwise kernels, the direct kernels,
  * 1x1 GEMMs (where no direct kernel runs: they lose to the AVX-512 ones), or
  * im2col + GEMM (everything). */
 loom_conv_path loom_conv_cpu_choose(const loom_conv_geom *g) {
+  if (loom_conv_winograd_applies(g)) return LOOM_CONV_PATH_WINOGRAD;
   if (loom_conv_depthwise_applies(g)) return LOOM_CONV_PATH_DEPTHWISE;
   if (loom_conv_direct_applies(g)) return LOOM_CONV_PATH_DIRECT;
   if (loom_conv_pointwise_applies(g)) return LOOM_CONV_PATH_POINTWISE;
@@ -99,6 +100,7 @@ loom_conv_path loom_conv_cpu_choose(const loom_conv_geom *g) {
 
 const char *loom_conv_path_name(loom_conv_path p) {
   switch (p) {
+    case LOOM_CONV_PATH_WINOGRAD: return "winograd";
     case LOOM_CONV_PATH_DEPTHWISE: return "depthwise";
     case LOOM_CONV_PATH_DIRECT: return "direct";
     case LOOM_CONV_PATH_POINTWISE: return "pointwise";
@@ -107,8 +109,17 @@ const char *loom_conv_path_name(loom_conv_path p) {
   return "?";
 }
 
-static loom_status run_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b, float *y) {
-  switch (loom_conv_cpu_choose(g)) {
+/* The path for g when its activations are all f32 (f32) or not: Winograd
+ * only takes f32, and the direct kernels, which widen per image, stand in. */
+static loom_conv_path path_for(const loom_conv_geom *g, bool f32) {
+  loom_conv_path p = loom_conv_cpu_choose(g);
+  return p == LOOM_CONV_PATH_WINOGRAD && !f32 ? LOOM_CONV_PATH_DIRECT : p;
+}
+
+static loom_status run_forward(loom_conv_path path, const loom_conv_geom *g, const float *x, const float *w,
+                               const float *b, float *y) {
+  switch (path) {
+    case LOOM_CONV_PATH_WINOGRAD: return loom_conv_winograd_forward(g, x, w, b, y);
     case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_forward(g, x, w, b, y);
     case LOOM_CONV_PATH_DIRECT:
       return loom_conv_direct_forward(g, loom_conv_buf_f32(x), w, b, loom_conv_buf_f32(y));
@@ -118,8 +129,10 @@ static loom_status run_forward(const loom_conv_geom *g, const float *x, const fl
   return loom_conv_gemm_forward(g, x, w, b, y);
 }
 
-static loom_status run_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx) {
-  switch (loom_conv_cpu_choose(g)) {
+static loom_status run_backward_data(loom_conv_path path, const loom_conv_geom *g, const float *dy, const float *w,
+                                     float *dx) {
+  switch (path) {
+    case LOOM_CONV_PATH_WINOGRAD: return loom_conv_winograd_backward_data(g, dy, w, dx);
     case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_backward_data(g, dy, w, dx);
     case LOOM_CONV_PATH_DIRECT:
       return loom_conv_direct_backward_data(g, loom_conv_buf_f32(dy), w, loom_conv_buf_f32(dx));
@@ -129,8 +142,10 @@ static loom_status run_backward_data(const loom_conv_geom *g, const float *dy, c
   return loom_conv_gemm_backward_data(g, dy, w, dx);
 }
 
-static loom_status run_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
-  switch (loom_conv_cpu_choose(g)) {
+static loom_status run_backward_filter(loom_conv_path path, const loom_conv_geom *g, const float *x, const float *dy,
+                                       float *dw) {
+  switch (path) {
+    case LOOM_CONV_PATH_WINOGRAD: return loom_conv_winograd_backward_filter(g, x, dy, dw);
     case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_backward_filter(g, x, dy, dw);
     case LOOM_CONV_PATH_DIRECT:
       return loom_conv_direct_backward_filter(g, loom_conv_buf_f32(x), loom_conv_buf_f32(dy), dw);
@@ -152,7 +167,8 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   LOOM_TRY(geom_of(a, x, w, b, &g));
   if (loom_shape_numel(4, y->shape) == 0) return LOOM_OK;
   if (loom_conv_bf16_applies(&g, a, false)) return loom_conv_bf16_forward(&g, a);
-  const bool direct = loom_conv_cpu_choose(&g) == LOOM_CONV_PATH_DIRECT;
+  const loom_conv_path path = path_for(&g, x->dtype == LOOM_F32 && y->dtype == LOOM_F32);
+  const bool direct = path == LOOM_CONV_PATH_DIRECT;
   bool xo = false;
   float *xf = NULL, *wf = NULL, *bf = NULL;
   loom_status st = direct ? LOOM_OK : dense_f32(x, &xf, &xo);
@@ -172,7 +188,7 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   float *yf = st == LOOM_OK ? out_f32(y) : NULL;
   if (st == LOOM_OK && !yf) st = loom_last_status();
   if (st == LOOM_OK)
-    st = run_forward(&g, xf, wf, bf, yf);
+    st = run_forward(path, &g, xf, wf, bf, yf);
   if (st == LOOM_OK) out_done(y, yf);
   else if (yf != loom_tensor_ptr(y)) loom_sys_free(yf);
   if (xo) loom_sys_free(xf);
@@ -272,7 +288,9 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
   /* The direct path reads gy as it is (widened per image) unless the ReLU
      mask changes it or the bias gradient sums it: then, as the other paths,
      it reads dz, gy widened whole. */
-  const bool direct = loom_conv_cpu_choose(&g) == LOOM_CONV_PATH_DIRECT;
+  const loom_conv_path path =
+      path_for(&g, gy->dtype == LOOM_F32 && x->dtype == LOOM_F32 && (!dx || dx->dtype == LOOM_F32));
+  const bool direct = path == LOOM_CONV_PATH_DIRECT;
   const bool whole_dz = !direct || relu || db;
   bool dzo = false;
   float *dz = NULL;
@@ -306,7 +324,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     if (wf && direct) st = loom_conv_direct_backward_data(&g, dyb, wf, (loom_conv_buf){loom_tensor_ptr(dx), dx->dtype});
     else if (!p) st = loom_last_status();
     else {
-      st = run_backward_data(&g, dz, wf, p);
+      st = run_backward_data(path, &g, dz, wf, p);
       if (st == LOOM_OK) out_done(dx, p);
       else if (p != loom_tensor_ptr(dx)) loom_sys_free(p);
     }
@@ -317,7 +335,7 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     if (!p) st = loom_last_status();
     else {
       st = direct ? loom_conv_direct_backward_filter(&g, (loom_conv_buf){loom_tensor_ptr(x), x->dtype}, dyb, p)
-                  : run_backward_filter(&g, xf, dz, p);
+                  : run_backward_filter(path, &g, xf, dz, p);
       if (st == LOOM_OK) out_done(dw, p);
       else if (p != loom_tensor_ptr(dw)) loom_sys_free(p);
     }

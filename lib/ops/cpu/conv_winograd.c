@@ -1,0 +1,240 @@
+/* conv_winograd.c — 3x3 stride-1 convolutions in the Winograd domain,
+ * F(2x2, 3x3) (Lavin & Gray 2016): 16 multiplies for each 2x2
+ * block of outputs where direct convolution needs 36, i.e. 2.25x fewer.
+ * ResNet-20's training step is 88 % convolutions, and the direct kernels
+ * already run them at the core's FMA rate, so only less arithmetic makes it
+ * faster.
+ *
+ * Forward:  Y = Aᵀ [ U ⊙ V ] A per 2x2 output tile, U = G g Gᵀ (the weight,
+ *   transformed once per call), V = Bᵀ d B (the tile's 4x4 input patch).
+ *   Summing U ⊙ V over input channels is, for each of the 16 transform-domain
+ *   points, a GEMM [tiles x C] x [C x K], run here on blocks of tiles whose
+ *   V and M = U ⊙ V stay in L2 between the three steps.
+ * Backward-data: the same computation on dy with the weight rotated by 180°
+ *   and its channel axes swapped (padding 1 keeps the geometry).
+ * Backward-filter: the transpose of the forward's bilinear form (Winograd's
+ *   transposition principle): dW = Gᵀ [ Σ_tiles (A dy Aᵀ) ⊙ (Bᵀ d B) ] G,
+ *   the sum over tiles being, per point, a GEMM [K x tiles] x [tiles x C]
+ *   with a long reduction; partial sums are kept per fixed chunk of images and
+ *   added in order, so dW does not depend on the number of threads.
+ *
+ * Scope (loom_conv_winograd_applies): NHWC, groups 1, 3x3, stride 1,
+ * padding 1, dilation 1, channel counts multiples of 16 up to 128 (beyond,
+ * the transformed weight no longer stays in L2), f32 operands, and the
+ * direct kernels' instruction set AVX-512 or AVX2 (conv_winograd_x86.c
+ * has both). Numerics: f32 throughout; the
+ * transforms add a few roundings per output (their coefficients are 0, ±1
+ * and ±1/2), so results differ from the direct path's by rounding, not
+ * bit for bit (tests/test_conv_winograd.c bounds it against float64). */
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/ops.h"
+#include "ops/cpu/conv_cpu.h"
+#include "ops/cpu/conv_winograd_kern.h"
+#include "core/sys.h"
+
+static atomic_int g_mode = -1; /* -1: not read yet; 0 off; 1 on */
+
+void loom_conv_cpu_set_winograd(bool on) { atomic_store(&g_mode, on ? 1 : 0); }
+
+bool loom_conv_cpu_winograd_enabled(void) {
+  int m = atomic_load(&g_mode);
+  if (m < 0) {
+    /* LOOM_CONV_WINOGRAD=0 turns it off (benchmarks time both paths). */
+    const char *e = getenv("LOOM_CONV_WINOGRAD");
+    m = e && e[0] == '0' ? 0 : 1;
+    atomic_store(&g_mode, m);
+  }
+  return m == 1;
+}
+
+static _Atomic(const loom_wg_isa *) g_test_kernels = NULL;
+
+bool loom_conv_winograd_test_kernels(const char *name) {
+  const loom_wg_isa *is = NULL;
+  if (name && !strcmp(name, "emu16")) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !loom_wg_isa_emu16.name) return false;
+#endif
+    is = &loom_wg_isa_emu16;
+  } else if (name) {
+    return false;
+  }
+  atomic_store(&g_test_kernels, is);
+  return true;
+}
+
+/* The kernels of the direct path's instruction set (the same CPU checks and
+ * LOOM_CPU_ISA / loom_conv_cpu_select_isa choice; tests may put the
+ * emulated 16-lane ones in their place), or NULL. */
+static const loom_wg_isa *cur_isa(void) {
+  const char *n = loom_conv_cpu_isa_name();
+  const loom_wg_isa *t = atomic_load(&g_test_kernels);
+  if (t && strcmp(n, "none") != 0) return t;
+  const loom_wg_isa *is = !strcmp(n, "avx512") ? &loom_wg_isa_avx512 : !strcmp(n, "avx2") ? &loom_wg_isa_avx2 : NULL;
+  return is && is->name ? is : NULL;
+}
+
+bool loom_conv_winograd_applies(const loom_conv_geom *g) {
+  if (!loom_conv_cpu_winograd_enabled() || loom_conv_cpu_gemm_forced() || !cur_isa()) return false;
+  return g->nhwc && g->G == 1 && g->KH == 3 && g->KW == 3 && g->sh == 1 && g->sw == 1 && g->ph == 1 &&
+         g->pw == 1 && g->dh == 1 && g->dw == 1 && g->C % 16 == 0 && g->O % 16 == 0 && g->C <= 128 &&
+         g->O <= 128 && g->OH == g->H && g->OW == g->W && g->N > 0 && g->H > 0 && g->W > 0;
+}
+
+static loom_wg_geom wg_of(const loom_conv_geom *g) {
+  loom_wg_geom w = {g->N, g->H, g->W, (g->H + 1) / 2, (g->W + 1) / 2, 0};
+  w.ntiles = w.N * w.TH * w.TW;
+  return w;
+}
+
+/* Tiles per block: a multiple of 12 (the forward micro-kernels' heights)
+ * such that V and M (16 points x tiles x channels each) take about 384 KiB
+ * of L2. */
+static int64_t block_tiles(int64_t cin, int64_t cout) {
+  int64_t t = 6144 / (cin + cout) / 12 * 12;
+  return t < 12 ? 12 : t > 96 ? 96 : t;
+}
+
+static int threads_for(int64_t work) {
+  int nt = loom_get_num_threads();
+  if (nt < 1) nt = 1;
+  if (nt > work) nt = (int)(work > 0 ? work : 1);
+  return nt;
+}
+
+/* u [16][cin][cout] = G g Gᵀ for g[i][j] = w at (ko, ci, i, j) where
+ * (ko, ci) = (k, c) for the forward, and (c, k) rotated by 180° for the
+ * data gradient. w is [O][C][3][3]. G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1]. */
+static void weight_transform(const float *wt, int64_t O, int64_t C, bool data_grad, float *u) {
+  const int64_t cin = data_grad ? O : C, cout = data_grad ? C : O;
+  for (int64_t ci = 0; ci < cin; ci++)
+    for (int64_t co = 0; co < cout; co++) {
+      float g[3][3];
+      const float *src = data_grad ? wt + (ci * C + co) * 9 : wt + (co * C + ci) * 9;
+      for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) g[i][j] = data_grad ? src[(2 - i) * 3 + (2 - j)] : src[i * 3 + j];
+      float t[4][3];
+      for (int j = 0; j < 3; j++) {
+        t[0][j] = g[0][j];
+        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
+        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+        t[3][j] = g[2][j];
+      }
+      for (int i = 0; i < 4; i++) {
+        float r[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]), t[i][2]};
+        for (int j = 0; j < 4; j++) u[((i * 4 + j) * cin + ci) * cout + co] = r[j];
+      }
+    }
+}
+
+/* out = conv3x3(in, u) + bias, ReLU'd if relu: in [N][H][W][cin], out
+ * [N][H][W][cout], padding 1; blocks of tiles split between threads (each
+ * output written by one tile: the same result for any thread count). */
+static loom_status wg_conv(const loom_wg_geom *w, const float *in, int64_t cin, const float *u, int64_t cout,
+                           const float *bias, bool relu, float *out, const char *what) {
+  const loom_wg_isa *is = cur_isa();
+  const int64_t T = block_tiles(cin, cout), nblk = (w->ntiles + T - 1) / T;
+  const int nt = threads_for(nblk);
+  const int64_t per = 16 * T * (cin + cout);
+  float *scratch = loom_conv_alloc_f(per * nt);
+  if (!scratch)
+    return loom_set_error(LOOM_ERR_OOM, "conv2d %s (Winograd): out of host memory for %lld floats of tile buffers",
+                          what, (long long)(per * nt));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int64_t b = 0; b < nblk; b++) {
+    float *v = scratch + per * omp_get_thread_num(), *m = v + 16 * T * cin;
+    is->input(w, in, cin, b * T, T, v);
+    for (int p = 0; p < 16; p++)
+      is->gemm(T, cout, cin, v + p * T * cin, cin, 1, u + p * cin * cout, cout, m + p * T * cout, cout, false);
+    is->output(w, m, cout, b * T, T, bias, relu, out);
+  }
+  loom_sys_free(scratch);
+  return LOOM_OK;
+}
+
+static loom_status wg_data_pass(const loom_conv_geom *g, const float *in, const float *wt, const float *b, float *out,
+                                bool data_grad) {
+  const char *what = data_grad ? "backward-data" : "forward";
+  if (!cur_isa()) return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d %s: the Winograd path needs AVX2 or AVX-512", what);
+  loom_wg_geom w = wg_of(g);
+  float *u = loom_conv_alloc_f(16 * g->C * g->O);
+  if (!u) return loom_set_error(LOOM_ERR_OOM, "conv2d %s (Winograd): out of host memory for the weight", what);
+  weight_transform(wt, g->O, g->C, data_grad, u);
+  loom_status st = data_grad ? wg_conv(&w, in, g->O, u, g->C, NULL, false, out, what)
+                             : wg_conv(&w, in, g->C, u, g->O, b, g->act == LOOM_ACT_RELU, out, what);
+  loom_sys_free(u);
+  return st;
+}
+
+loom_status loom_conv_winograd_forward(const loom_conv_geom *g, const float *x, const float *wt, const float *b,
+                                       float *y) {
+  return wg_data_pass(g, x, wt, b, y, false);
+}
+
+loom_status loom_conv_winograd_backward_data(const loom_conv_geom *g, const float *dy, const float *wt, float *dx) {
+  return wg_data_pass(g, dy, wt, NULL, dx, true);
+}
+
+/* Chunks of images whose transform-domain partial sums are added in order:
+ * a function of N only, so dW is the same for any number of threads. */
+static int64_t filter_chunks(int64_t N) { return N < 16 ? N : 16; }
+
+loom_status loom_conv_winograd_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
+  const loom_wg_isa *is = cur_isa();
+  if (!is) return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d backward-filter: the Winograd path needs AVX2 or AVX-512");
+  loom_wg_geom w = wg_of(g);
+  const int64_t C = g->C, K = g->O, T = block_tiles(C, K);
+  const int64_t nch = filter_chunks(w.N), per_img = w.TH * w.TW;
+  const int nt = threads_for(nch);
+  const int64_t per = 16 * T * (C + K), acc_n = 16 * K * C;
+  float *scratch = loom_conv_alloc_f(per * nt);
+  float *acc = loom_conv_alloc_f(acc_n * nch);
+  if (!scratch || !acc) {
+    loom_sys_free(scratch);
+    loom_sys_free(acc);
+    return loom_set_error(LOOM_ERR_OOM, "conv2d backward-filter (Winograd): out of host memory for %lld floats of buffers",
+                          (long long)(per * nt + acc_n * nch));
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int64_t ch = 0; ch < nch; ch++) {
+    float *v = scratch + per * omp_get_thread_num(), *e = v + 16 * T * C, *a = acc + acc_n * ch;
+    /* The chunk's tiles only: those of the next chunk read as zero rows. */
+    loom_wg_geom wc = w;
+    wc.ntiles = (w.N * (ch + 1) / nch) * per_img;
+    const int64_t t_begin = (w.N * ch / nch) * per_img;
+    for (int64_t t0 = t_begin; t0 < wc.ntiles; t0 += T) {
+      is->input(&wc, x, C, t0, T, v);
+      is->dy(&wc, dy, K, t0, T, e);
+      /* a[p] [K x C] (+)= e[p]ᵀ [K x T] x v[p] [T x C] */
+      for (int p = 0; p < 16; p++)
+        is->gemm(K, C, T, e + p * T * K, 1, K, v + p * T * C, C, a + p * K * C, C, t0 != t_begin);
+    }
+  }
+  /* Sum the chunks in order, then dW = Gᵀ â G, Gᵀ = [1 ½ ½ 0; 0 ½ -½ 0; 0 ½ ½ 1]. */
+  for (int64_t ch = 1; ch < nch; ch++)
+    for (int64_t i = 0; i < acc_n; i++) acc[i] += acc[acc_n * ch + i];
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t c = 0; c < C; c++) {
+      float h[4][4], t[3][4];
+      for (int p = 0; p < 16; p++) h[p / 4][p % 4] = acc[(p * K + k) * C + c];
+      for (int j = 0; j < 4; j++) {
+        t[0][j] = h[0][j] + 0.5f * (h[1][j] + h[2][j]);
+        t[1][j] = 0.5f * (h[1][j] - h[2][j]);
+        t[2][j] = 0.5f * (h[1][j] + h[2][j]) + h[3][j];
+      }
+      float *o = dw + (k * C + c) * 9;
+      for (int i = 0; i < 3; i++) {
+        o[i * 3 + 0] = t[i][0] + 0.5f * (t[i][1] + t[i][2]);
+        o[i * 3 + 1] = 0.5f * (t[i][1] - t[i][2]);
+        o[i * 3 + 2] = 0.5f * (t[i][1] + t[i][2]) + t[i][3];
+      }
+    }
+  loom_sys_free(scratch);
+  loom_sys_free(acc);
+  return LOOM_OK;
+}

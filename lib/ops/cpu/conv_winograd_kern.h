@@ -1,0 +1,42 @@
+/* conv_winograd_kern.h (internal) — the vector kernels of the Winograd
+ * F(2x2, 3x3) convolution (conv_winograd.c), one table per instruction set:
+ * conv_winograd_x86.c instantiates them for AVX-512 (16 floats per vector)
+ * and AVX2+FMA (8), and for tests on 16-lane generic vectors. Nothing here
+ * may be called unless the CPU has the ISA.
+ *
+ * Layouts: activations NHWC [N][H][W][ch]; transform-domain blocks
+ * [16 points][nt tiles][ch] (a point's tiles are rows of ch floats); tiles
+ * are 2x2 outputs, numbered image by image, row by row; tile indices at or
+ * past g->ntiles are zero rows (the last block's padding). Channel counts
+ * are multiples of 16. */
+#ifndef LOOM_OPS_CPU_CONV_WINOGRAD_KERN_H
+#define LOOM_OPS_CPU_CONV_WINOGRAD_KERN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct loom_wg_geom {
+  int64_t N, H, W, TH, TW, ntiles;  /* images N of H x W; TH x TW tiles per image */
+} loom_wg_geom;
+
+typedef struct loom_wg_isa {
+  const char *name;
+  /* v [16][nt][cin] = Bᵀ d B of tiles [t0, t0 + nt) of in (padding 1). */
+  void (*input)(const loom_wg_geom *g, const float *in, int64_t cin, int64_t t0, int64_t nt, float *v);
+  /* out tiles [t0, t0 + nt) = Aᵀ m A (+ bias, ReLU'd if relu), m [16][nt][cout]. */
+  void (*output)(const loom_wg_geom *g, const float *m, int64_t cout, int64_t t0, int64_t nt, const float *bias,
+                 bool relu, float *out);
+  /* e [16][nt][K] = A dy Aᵀ of the 2x2 dy tiles [t0, t0 + nt). */
+  void (*dy)(const loom_wg_geom *g, const float *dy, int64_t K, int64_t t0, int64_t nt, float *e);
+  /* out [rows x ncol] (+)= a [rows x depth] (element (r, d) at a[r*ars +
+   * d*acs]) x b [depth x ncol] (ld ldb); rows a multiple of 12 or of 16,
+   * ncol of 16. */
+  void (*gemm)(int64_t rows, int64_t ncol, int64_t depth, const float *a, int64_t ars, int64_t acs, const float *b,
+               int64_t ldb, float *out, int64_t ldo, bool accumulate);
+} loom_wg_isa;
+
+/* name NULL where not compiled. emu16: the AVX-512 kernels' code on
+ * 16-lane generic vectors (needs AVX2; tests only). */
+extern const loom_wg_isa loom_wg_isa_avx512, loom_wg_isa_avx2, loom_wg_isa_emu16;
+
+#endif
