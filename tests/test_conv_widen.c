@@ -1,9 +1,9 @@
 /* test_conv_widen.c — conv2d on f16/bf16 operands where the CPU computes by
- * widening to f32 (the direct kernels, at LOOM_CPU_ISA avx512 and avx2: what
+ * widening to f32 (the direct and, for NHWC 3x3 stride-1 layers with
+ * channel counts multiples of 16, Winograd kernels, at LOOM_CPU_ISA avx512
+ * and avx2: what
  * a CPU without AVX512_BF16 runs): y, dX, dW and db bit for bit what the same
- * convolution gives on f32 copies of the operands through the same kernels
- * (Winograd off: f32 NHWC 3x3 stride-1 layers run it, the widening path
- * does not), rounded once to the 16-bit
+ * convolution gives on f32 copies of the operands, rounded once to the 16-bit
  * dtype — the contract of the widening path, whether it widens whole tensors
  * first or (conv_direct.c) one image at a time inside its packers.
  *
@@ -27,7 +27,8 @@ typedef struct wcase {
 } wcase;
 
 static const wcase CASES[] = {
-    {3, 16, 9, 10, 32, 3, 1, 1, 1, 1}, /* ResNet-20's 3x3, C a multiple of 16 */
+    {3, 16, 9, 10, 32, 3, 1, 1, 1, 1}, /* ResNet-20's 3x3, C a multiple of 16 (NHWC: Winograd) */
+    {2, 64, 8, 8, 64, 3, 1, 1, 1, 1},  /* ResNet-20's third stage (NHWC: Winograd) */
     {3, 3, 8, 8, 16, 3, 1, 1, 1, 1},   /* the stem: C = 3 */
     {2, 20, 7, 9, 24, 3, 2, 1, 1, 1},  /* C off the 16-channel pitch, stride 2 */
     {3, 16, 8, 8, 32, 1, 2, 0, 1, 1},  /* the 1x1 stride-2 shortcut */
@@ -82,18 +83,14 @@ static void check(const wcase *c, int ci, loom_dtype dt, bool nhwc, bool bias, b
   loom_tensor *bs = tk_rand_tensor(1, &c->O, -1, 1, 0, dt, loom_cpu(), NULL);
   loom_tensor *gs = tk_rand_tensor(4, sy, -1, 1, 0, dt, loom_cpu(), NULL);
   results got = run(c, dt, nhwc, bias, relu, xs, ws, bs, gs);
-  /* The widening path is the direct kernels' f32 convolution (f32 NHWC 3x3
-     stride-1 layers would take Winograd, another summation order). */
-  loom_conv_cpu_set_winograd(false);
   results ref = run(c, LOOM_F32, nhwc, bias, relu, xs, ws, bs, gs);
-  loom_conv_cpu_set_winograd(true);
   static const char *const NAMES[4] = {"y", "dX", "dW", "db"};
   for (int k = 0; k < 4; k++) {
     cr_assert_eq(got.n[k], ref.n[k]);
     for (int64_t i = 0; i < got.n[k]; i++) {
       const double want = tk_round(ref.v[k][i], dt);
       cr_assert(got.v[k][i] == want && signbit(got.v[k][i]) == signbit(want),
-                "[%s] case %d %s %s bias=%d relu=%d: %s[%lld] is %.9g, the direct f32 convolution rounded to %s gives %.9g",
+                "[%s] case %d %s %s bias=%d relu=%d: %s[%lld] is %.9g, the f32 convolution rounded to %s gives %.9g",
                 isa, ci, loom_dtype_name(dt), nhwc ? "NHWC" : "NCHW", bias, relu, NAMES[k], (long long)i, got.v[k][i],
                 loom_dtype_name(dt), want);
     }
@@ -106,18 +103,25 @@ CPU_TEST(conv_widen, f16_bf16_match_the_f32_convolution_rounded_once) {
   const loom_cpu_isa_level LEVELS[2] = {LOOM_CPU_ISA_AVX512, LOOM_CPU_ISA_AVX2};
   int ran = 0;
   loom_set_num_threads(2);
-  for (int l = 0; l < 2; l++) {
-    if (!loom_cpu_isa_runs(LEVELS[l])) continue;
-    cr_assert_eq(loom_set_cpu_isa(ISAS[l]), LOOM_OK, "%s", loom_last_error());
+  /* The third round: AVX2, with the Winograd layers on the AVX-512
+     kernels' code emulated on 16-lane generic vectors (their 16-bit loads
+     and stores included), so an AVX2-only CPU checks that code too. */
+  for (int l = 0; l < 3; l++) {
+    const int isa = l < 2 ? l : 1;
+    if (!loom_cpu_isa_runs(LEVELS[isa])) continue;
+    cr_assert_eq(loom_set_cpu_isa(ISAS[isa]), LOOM_OK, "%s", loom_last_error());
+    if (l == 2) cr_assert(loom_conv_winograd_test_kernels("emu16"));
+    const char *label = l == 2 ? "avx2, Winograd emu16" : ISAS[isa];
     tk_seed(2511);
     for (int ci = 0; ci < NCASES; ci++)
       for (int k = 0; k < 16; k++) {
         const loom_dtype dt = k & 1 ? LOOM_BF16 : LOOM_F16;
         const bool nhwc = k & 2, bias = k & 4, relu = k & 8;
         loom_scope_begin();
-        check(&CASES[ci], ci, dt, nhwc, bias, relu, ISAS[l]);
+        check(&CASES[ci], ci, dt, nhwc, bias, relu, label);
         loom_scope_end();
       }
+    loom_conv_winograd_test_kernels(NULL);
     ran++;
   }
   loom_set_cpu_isa(NULL);

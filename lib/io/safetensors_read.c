@@ -40,6 +40,7 @@ static void map_tensor_release(void *data, void *ctx) {
 
 /* ---- small helpers ------------------------------------------------------------- */
 
+#if defined(LOOM_HAVE_JANSSON) || defined(LOOM_HAVE_CUDA) /* its only callers */
 /* Read exactly n bytes at off; a short read means the file shrank. */
 static loom_status pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path) {
   char *p = buf;
@@ -58,6 +59,7 @@ static loom_status pread_full(int fd, void *buf, size_t n, uint64_t off, const c
   }
   return LOOM_OK;
 }
+#endif
 
 static void st_free(loom_safetensors *f) {
   if (!f) return;

@@ -3,10 +3,10 @@
  * preparation (f16/bf16 widened to f32, the weight gathered from any strides,
  * the fused ReLU's mask applied to dy, the bias gradient), then one of the
  * convolution paths of conv_cpu.h, then one rounding of each result to its
- * dtype (f32 accumulation, as tensor cores do). The direct path takes
- * f16/bf16 activations as they are and widens / rounds them per image
- * (loom_conv_buf): the same values without full-size f32 copies, which cost
- * a mixed-precision ResNet-20 step a third of its time. */
+ * dtype (f32 accumulation, as tensor cores do). The direct and Winograd
+ * paths take f16/bf16 activations as they are and widen / round them as
+ * they go (loom_conv_buf): the same values without full-size f32 copies,
+ * which cost a mixed-precision ResNet-20 step a third of its time. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,17 +109,11 @@ const char *loom_conv_path_name(loom_conv_path p) {
   return "?";
 }
 
-/* The path for g when its activations are all f32 (f32) or not: Winograd
- * only takes f32, and the direct kernels, which widen per image, stand in. */
-static loom_conv_path path_for(const loom_conv_geom *g, bool f32) {
-  loom_conv_path p = loom_conv_cpu_choose(g);
-  return p == LOOM_CONV_PATH_WINOGRAD && !f32 ? LOOM_CONV_PATH_DIRECT : p;
-}
-
 static loom_status run_forward(loom_conv_path path, const loom_conv_geom *g, const float *x, const float *w,
                                const float *b, float *y) {
   switch (path) {
-    case LOOM_CONV_PATH_WINOGRAD: return loom_conv_winograd_forward(g, x, w, b, y);
+    case LOOM_CONV_PATH_WINOGRAD:
+      return loom_conv_winograd_forward(g, loom_conv_buf_f32(x), w, b, loom_conv_buf_f32(y));
     case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_forward(g, x, w, b, y);
     case LOOM_CONV_PATH_DIRECT:
       return loom_conv_direct_forward(g, loom_conv_buf_f32(x), w, b, loom_conv_buf_f32(y));
@@ -132,7 +126,8 @@ static loom_status run_forward(loom_conv_path path, const loom_conv_geom *g, con
 static loom_status run_backward_data(loom_conv_path path, const loom_conv_geom *g, const float *dy, const float *w,
                                      float *dx) {
   switch (path) {
-    case LOOM_CONV_PATH_WINOGRAD: return loom_conv_winograd_backward_data(g, dy, w, dx);
+    case LOOM_CONV_PATH_WINOGRAD:
+      return loom_conv_winograd_backward_data(g, loom_conv_buf_f32(dy), w, loom_conv_buf_f32(dx));
     case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_backward_data(g, dy, w, dx);
     case LOOM_CONV_PATH_DIRECT:
       return loom_conv_direct_backward_data(g, loom_conv_buf_f32(dy), w, loom_conv_buf_f32(dx));
@@ -145,7 +140,8 @@ static loom_status run_backward_data(loom_conv_path path, const loom_conv_geom *
 static loom_status run_backward_filter(loom_conv_path path, const loom_conv_geom *g, const float *x, const float *dy,
                                        float *dw) {
   switch (path) {
-    case LOOM_CONV_PATH_WINOGRAD: return loom_conv_winograd_backward_filter(g, x, dy, dw);
+    case LOOM_CONV_PATH_WINOGRAD:
+      return loom_conv_winograd_backward_filter(g, loom_conv_buf_f32(x), loom_conv_buf_f32(dy), dw);
     case LOOM_CONV_PATH_DEPTHWISE: return loom_conv_depthwise_backward_filter(g, x, dy, dw);
     case LOOM_CONV_PATH_DIRECT:
       return loom_conv_direct_backward_filter(g, loom_conv_buf_f32(x), loom_conv_buf_f32(dy), dw);
@@ -167,8 +163,10 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
   LOOM_TRY(geom_of(a, x, w, b, &g));
   if (loom_shape_numel(4, y->shape) == 0) return LOOM_OK;
   if (loom_conv_bf16_applies(&g, a, false)) return loom_conv_bf16_forward(&g, a);
-  const loom_conv_path path = path_for(&g, x->dtype == LOOM_F32 && y->dtype == LOOM_F32);
-  const bool direct = path == LOOM_CONV_PATH_DIRECT;
+  const loom_conv_path path = loom_conv_cpu_choose(&g);
+  /* The direct and Winograd kernels read and write activations of any
+     float dtype as they are (widened and rounded as they go). */
+  const bool direct = path == LOOM_CONV_PATH_DIRECT || path == LOOM_CONV_PATH_WINOGRAD;
   bool xo = false;
   float *xf = NULL, *wf = NULL, *bf = NULL;
   loom_status st = direct ? LOOM_OK : dense_f32(x, &xf, &xo);
@@ -179,8 +177,9 @@ loom_status loom_cpu_conv2d(loom_op_args *a) {
     else loom_cpu_load_f32(loom_tensor_ptr(b), b->dtype, b->strides[0], g.O, bf);
   }
   if (st == LOOM_OK && direct) {
-    st = loom_conv_direct_forward(&g, (loom_conv_buf){loom_tensor_ptr(x), x->dtype}, wf, bf,
-                                  (loom_conv_buf){loom_tensor_ptr(y), y->dtype});
+    const loom_conv_buf xb = {loom_tensor_ptr(x), x->dtype}, yb = {loom_tensor_ptr(y), y->dtype};
+    st = path == LOOM_CONV_PATH_WINOGRAD ? loom_conv_winograd_forward(&g, xb, wf, bf, yb)
+                                         : loom_conv_direct_forward(&g, xb, wf, bf, yb);
     loom_sys_free(wf);
     loom_sys_free(bf);
     return st;
@@ -285,12 +284,11 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     return LOOM_OK;
   }
   if (loom_conv_bf16_applies(&g, a, true)) return loom_conv_bf16_backward(&g, a);
-  /* The direct path reads gy as it is (widened per image) unless the ReLU
-     mask changes it or the bias gradient sums it: then, as the other paths,
-     it reads dz, gy widened whole. */
-  const loom_conv_path path =
-      path_for(&g, gy->dtype == LOOM_F32 && x->dtype == LOOM_F32 && (!dx || dx->dtype == LOOM_F32));
-  const bool direct = path == LOOM_CONV_PATH_DIRECT;
+  /* The direct and Winograd paths read gy as it is (widened as they go)
+     unless the ReLU mask changes it or the bias gradient sums it: then, as
+     the other paths, they read dz, gy widened whole. */
+  const loom_conv_path path = loom_conv_cpu_choose(&g);
+  const bool winograd = path == LOOM_CONV_PATH_WINOGRAD, direct = path == LOOM_CONV_PATH_DIRECT || winograd;
   const bool whole_dz = !direct || relu || db;
   bool dzo = false;
   float *dz = NULL;
@@ -321,7 +319,9 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
   if (st == LOOM_OK && dx && loom_shape_numel(4, dx->shape) > 0) {
     wf = weight_f32(w);
     float *p = wf && !direct ? out_f32(dx) : NULL;
-    if (wf && direct) st = loom_conv_direct_backward_data(&g, dyb, wf, (loom_conv_buf){loom_tensor_ptr(dx), dx->dtype});
+    const loom_conv_buf dxb = {loom_tensor_ptr(dx), dx->dtype};
+    if (wf && direct)
+      st = winograd ? loom_conv_winograd_backward_data(&g, dyb, wf, dxb) : loom_conv_direct_backward_data(&g, dyb, wf, dxb);
     else if (!p) st = loom_last_status();
     else {
       st = run_backward_data(path, &g, dz, wf, p);
@@ -334,8 +334,10 @@ loom_status loom_cpu_conv2d_backward(loom_op_args *a) {
     float *p = st == LOOM_OK ? out_f32(dw) : NULL;
     if (!p) st = loom_last_status();
     else {
-      st = direct ? loom_conv_direct_backward_filter(&g, (loom_conv_buf){loom_tensor_ptr(x), x->dtype}, dyb, p)
-                  : run_backward_filter(path, &g, xf, dz, p);
+      const loom_conv_buf xb = {loom_tensor_ptr(x), x->dtype};
+      st = winograd ? loom_conv_winograd_backward_filter(&g, xb, dyb, p)
+           : direct ? loom_conv_direct_backward_filter(&g, xb, dyb, p)
+                    : run_backward_filter(path, &g, xf, dz, p);
       if (st == LOOM_OK) out_done(dw, p);
       else if (p != loom_tensor_ptr(dw)) loom_sys_free(p);
     }

@@ -14,9 +14,7 @@
 
 /* The paths below, and the one conv_cpu.c runs for g (the same for all three
  * passes): the first that applies of Winograd, depthwise, direct, 1x1 and
- * im2col + GEMM, which takes every valid geometry. Winograd needs f32
- * operands: for f16/bf16 tensors conv_cpu.c runs the direct kernels in its
- * place (they widen per image; Winograd would need full f32 copies). */
+ * im2col + GEMM, which takes every valid geometry. */
 typedef enum loom_conv_path {
   LOOM_CONV_PATH_DEPTHWISE,
   LOOM_CONV_PATH_DIRECT,
@@ -83,8 +81,9 @@ loom_status loom_conv_pointwise_backward_filter(const loom_conv_geom *g, const f
 
 /* Winograd F(2x2, 3x3) (conv_winograd.c): NHWC, groups 1, 3x3, stride 1,
  * padding 1, dilation 1, channel counts multiples of 16 up to 128, AVX-512
- * or AVX2 (the direct kernels' instruction set);
- * same contracts as the GEMM path. On by default where it applies;
+ * or AVX2 (the direct kernels' instruction set); same contracts as the
+ * direct kernels (activations of any float dtype, widened and rounded as
+ * they are read and written). On by default where it applies;
  * LOOM_CONV_WINOGRAD=0 in the environment (read once) or
  * loom_conv_cpu_set_winograd(false) turns it off (tests and benchmarks
  * compare it with the direct kernels). Global; flip between calls. */
@@ -95,10 +94,11 @@ bool loom_conv_cpu_winograd_enabled(void);
  * in place of the instruction set's kernels (any AVX2 CPU; false, changing
  * nothing, without AVX2), NULL the real ones again. */
 bool loom_conv_winograd_test_kernels(const char *name);
-loom_status loom_conv_winograd_forward(const loom_conv_geom *g, const float *x, const float *w, const float *b,
-                                       float *y);
-loom_status loom_conv_winograd_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
-loom_status loom_conv_winograd_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
+loom_status loom_conv_winograd_forward(const loom_conv_geom *g, loom_conv_buf x, const float *w, const float *b,
+                                       loom_conv_buf y);
+loom_status loom_conv_winograd_backward_data(const loom_conv_geom *g, loom_conv_buf dy, const float *w,
+                                             loom_conv_buf dx);
+loom_status loom_conv_winograd_backward_filter(const loom_conv_geom *g, loom_conv_buf x, loom_conv_buf dy, float *dw);
 
 /* Depthwise kernels (conv_depthwise.c): groups == C == O; AVX-512 only. */
 bool loom_conv_depthwise_applies(const loom_conv_geom *g);

@@ -20,9 +20,12 @@
  *
  * Scope (loom_conv_winograd_applies): NHWC, groups 1, 3x3, stride 1,
  * padding 1, dilation 1, channel counts multiples of 16 up to 128 (beyond,
- * the transformed weight no longer stays in L2), f32 operands, and the
- * direct kernels' instruction set AVX-512 or AVX2 (conv_winograd_x86.c
- * has both). Numerics: f32 throughout; the
+ * the transformed weight no longer stays in L2), and the direct kernels'
+ * instruction set AVX-512 or AVX2 (conv_winograd_x86.c has both).
+ * Activations (x, y, dy, dx) may be f32, f16 or bf16: the kernels widen
+ * them as they read them and round results as they store them, so a 16-bit
+ * convolution costs no f32 copies and gives this path's f32 results
+ * rounded once (the widening contract of mixed precision on the CPU). Numerics: f32 throughout; the
  * transforms add a few roundings per output (their coefficients are 0, ±1
  * and ±1/2), so results differ from the direct path's by rounding, not
  * bit for bit (tests/test_conv_winograd.c bounds it against float64). */
@@ -34,6 +37,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/conv_winograd_kern.h"
+#include "ops/cpu/cpu_util.h"
 #include "core/sys.h"
 
 static atomic_int g_mode = -1; /* -1: not read yet; 0 off; 1 on */
@@ -76,6 +80,8 @@ static const loom_wg_isa *cur_isa(void) {
   const loom_wg_isa *t = atomic_load(&g_test_kernels);
   if (t && strcmp(n, "none") != 0) return t;
   const loom_wg_isa *is = !strcmp(n, "avx512") ? &loom_wg_isa_avx512 : !strcmp(n, "avx2") ? &loom_wg_isa_avx2 : NULL;
+  /* The AVX2 kernels convert f16 with F16C (every AVX2 CPU made has it). */
+  if (is == &loom_wg_isa_avx2 && !loom_cpu_f16c()) return NULL;
   return is && is->name ? is : NULL;
 }
 
@@ -135,8 +141,8 @@ static void weight_transform(const float *wt, int64_t O, int64_t C, bool data_gr
 /* out = conv3x3(in, u) + bias, ReLU'd if relu: in [N][H][W][cin], out
  * [N][H][W][cout], padding 1; blocks of tiles split between threads (each
  * output written by one tile: the same result for any thread count). */
-static loom_status wg_conv(const loom_wg_geom *w, const float *in, int64_t cin, const float *u, int64_t cout,
-                           const float *bias, bool relu, float *out, const char *what) {
+static loom_status wg_conv(const loom_wg_geom *w, loom_conv_buf in, int64_t cin, const float *u, int64_t cout,
+                           const float *bias, bool relu, loom_conv_buf out, const char *what) {
   const loom_wg_isa *is = cur_isa();
   const int64_t T = block_tiles(cin, cout), nblk = (w->ntiles + T - 1) / T;
   const int nt = threads_for(nblk);
@@ -148,17 +154,17 @@ static loom_status wg_conv(const loom_wg_geom *w, const float *in, int64_t cin, 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
   for (int64_t b = 0; b < nblk; b++) {
     float *v = scratch + per * omp_get_thread_num(), *m = v + 16 * T * cin;
-    is->input(w, in, cin, b * T, T, v);
+    is->input(w, in.p, in.dt, cin, b * T, T, v);
     for (int p = 0; p < 16; p++)
       is->gemm(T, cout, cin, v + p * T * cin, cin, 1, u + p * cin * cout, cout, m + p * T * cout, cout, false);
-    is->output(w, m, cout, b * T, T, bias, relu, out);
+    is->output(w, m, cout, b * T, T, bias, relu, out.p, out.dt);
   }
   loom_sys_free(scratch);
   return LOOM_OK;
 }
 
-static loom_status wg_data_pass(const loom_conv_geom *g, const float *in, const float *wt, const float *b, float *out,
-                                bool data_grad) {
+static loom_status wg_data_pass(const loom_conv_geom *g, loom_conv_buf in, const float *wt, const float *b,
+                                loom_conv_buf out, bool data_grad) {
   const char *what = data_grad ? "backward-data" : "forward";
   if (!cur_isa()) return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d %s: the Winograd path needs AVX2 or AVX-512", what);
   loom_wg_geom w = wg_of(g);
@@ -171,12 +177,13 @@ static loom_status wg_data_pass(const loom_conv_geom *g, const float *in, const 
   return st;
 }
 
-loom_status loom_conv_winograd_forward(const loom_conv_geom *g, const float *x, const float *wt, const float *b,
-                                       float *y) {
+loom_status loom_conv_winograd_forward(const loom_conv_geom *g, loom_conv_buf x, const float *wt, const float *b,
+                                       loom_conv_buf y) {
   return wg_data_pass(g, x, wt, b, y, false);
 }
 
-loom_status loom_conv_winograd_backward_data(const loom_conv_geom *g, const float *dy, const float *wt, float *dx) {
+loom_status loom_conv_winograd_backward_data(const loom_conv_geom *g, loom_conv_buf dy, const float *wt,
+                                             loom_conv_buf dx) {
   return wg_data_pass(g, dy, wt, NULL, dx, true);
 }
 
@@ -184,7 +191,7 @@ loom_status loom_conv_winograd_backward_data(const loom_conv_geom *g, const floa
  * a function of N only, so dW is the same for any number of threads. */
 static int64_t filter_chunks(int64_t N) { return N < 16 ? N : 16; }
 
-loom_status loom_conv_winograd_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw) {
+loom_status loom_conv_winograd_backward_filter(const loom_conv_geom *g, loom_conv_buf x, loom_conv_buf dy, float *dw) {
   const loom_wg_isa *is = cur_isa();
   if (!is) return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d backward-filter: the Winograd path needs AVX2 or AVX-512");
   loom_wg_geom w = wg_of(g);
@@ -208,8 +215,8 @@ loom_status loom_conv_winograd_backward_filter(const loom_conv_geom *g, const fl
     wc.ntiles = (w.N * (ch + 1) / nch) * per_img;
     const int64_t t_begin = (w.N * ch / nch) * per_img;
     for (int64_t t0 = t_begin; t0 < wc.ntiles; t0 += T) {
-      is->input(&wc, x, C, t0, T, v);
-      is->dy(&wc, dy, K, t0, T, e);
+      is->input(&wc, x.p, x.dt, C, t0, T, v);
+      is->dy(&wc, dy.p, dy.dt, K, t0, T, e);
       /* a[p] [K x C] (+)= e[p]ᵀ [K x T] x v[p] [T x C] */
       for (int p = 0; p < 16; p++)
         is->gemm(K, C, T, e + p * T * K, 1, K, v + p * T * C, C, a + p * K * C, C, t0 != t_begin);

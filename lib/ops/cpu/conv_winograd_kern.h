@@ -15,19 +15,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "loom/dtype.h"
+
 typedef struct loom_wg_geom {
   int64_t N, H, W, TH, TW, ntiles;  /* images N of H x W; TH x TW tiles per image */
 } loom_wg_geom;
 
 typedef struct loom_wg_isa {
   const char *name;
-  /* v [16][nt][cin] = Bᵀ d B of tiles [t0, t0 + nt) of in (padding 1). */
-  void (*input)(const loom_wg_geom *g, const float *in, int64_t cin, int64_t t0, int64_t nt, float *v);
-  /* out tiles [t0, t0 + nt) = Aᵀ m A (+ bias, ReLU'd if relu), m [16][nt][cout]. */
+  /* v [16][nt][cin] = Bᵀ d B of tiles [t0, t0 + nt) of in (padding 1; in
+   * of dtype f32, f16 or bf16, widened as it is read). */
+  void (*input)(const loom_wg_geom *g, const void *in, loom_dtype dt, int64_t cin, int64_t t0, int64_t nt, float *v);
+  /* out tiles [t0, t0 + nt) = Aᵀ m A (+ bias, ReLU'd if relu), m [16][nt][cout];
+   * out of dtype f32, f16 or bf16 (rounded once, to nearest even). */
   void (*output)(const loom_wg_geom *g, const float *m, int64_t cout, int64_t t0, int64_t nt, const float *bias,
-                 bool relu, float *out);
-  /* e [16][nt][K] = A dy Aᵀ of the 2x2 dy tiles [t0, t0 + nt). */
-  void (*dy)(const loom_wg_geom *g, const float *dy, int64_t K, int64_t t0, int64_t nt, float *e);
+                 bool relu, void *out, loom_dtype dt);
+  /* e [16][nt][K] = A dy Aᵀ of the 2x2 dy tiles [t0, t0 + nt) (dy f32, f16 or bf16). */
+  void (*dy)(const loom_wg_geom *g, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt, float *e);
   /* out [rows x ncol] (+)= a [rows x depth] (element (r, d) at a[r*ars +
    * d*acs]) x b [depth x ncol] (ld ldb); rows a multiple of 12 or of 16,
    * ncol of 16. */

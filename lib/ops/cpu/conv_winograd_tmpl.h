@@ -3,7 +3,25 @@
  * per instruction set, with these defined: TGT (the target attribute), VL
  * (floats per vector: 16 or 8), V (the vector type), WGN(name) (the ISA's
  * function name), V_LOAD, V_STORE, V_ZERO, V_ADD, V_SUB, V_MAX, V_SET1,
- * V_FMADD, UNROLL(n). No include guard. */
+ * V_FMADD, V_LOAD_F16 / V_LOAD_BF16 (VL 16-bit values widened: exact) and
+ * V_STORE_F16 / V_STORE_BF16 (rounded to nearest even as core/half.h does,
+ * bit for bit), UNROLL(n). No include guard.
+ *
+ * Activations may be f32, f16 or bf16: widened as they are loaded and
+ * rounded as they are stored, so a 16-bit convolution gives the f32
+ * convolution's results on the widened values, rounded once. */
+
+/* VL activations at element i of p (dtype dt) as f32, and the store back. */
+#define WG_LD(p, i, dt)                                                                 \
+  ((dt) == LOOM_F16    ? V_LOAD_F16((const uint16_t *)(p) + (i))                       \
+   : (dt) == LOOM_BF16 ? V_LOAD_BF16((const uint16_t *)(p) + (i))                      \
+                       : V_LOAD((const float *)(p) + (i)))
+#define WG_ST(p, i, dt, v)                                                              \
+  do {                                                                                  \
+    if ((dt) == LOOM_F16) V_STORE_F16((uint16_t *)(p) + (i), (v));                      \
+    else if ((dt) == LOOM_BF16) V_STORE_BF16((uint16_t *)(p) + (i), (v));               \
+    else V_STORE((float *)(p) + (i), (v));                                              \
+  } while (0)
 
 /* V = Bᵀ d B, Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
 static inline TGT void WGN(bt_d_b)(V d[16], V v[16]) {
@@ -22,7 +40,8 @@ static inline TGT void WGN(bt_d_b)(V d[16], V v[16]) {
   }
 }
 
-static TGT void WGN(input)(const loom_wg_geom *w, const float *in, int64_t cin, int64_t t0, int64_t nt, float *v) {
+static TGT void WGN(input)(const loom_wg_geom *w, const void *in, loom_dtype dt, int64_t cin, int64_t t0, int64_t nt,
+                           float *v) {
   const int64_t per_img = w->TH * w->TW;
   for (int64_t t = 0; t < nt; t++) {
     int64_t gt = t0 + t;
@@ -31,29 +50,28 @@ static TGT void WGN(input)(const loom_wg_geom *w, const float *in, int64_t cin, 
       continue;
     }
     int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 2 - 1, x0 = (r % w->TW) * 2 - 1;
-    const float *img = in + n * w->H * w->W * cin;
+    const int64_t img = n * w->H * w->W * cin;
     if (y0 >= 0 && x0 >= 0 && y0 + 3 < w->H && x0 + 3 < w->W) {
       /* Inside the image (most tiles): fixed offsets, no zero taps. */
-      const float *base = img + (y0 * w->W + x0) * cin;
-      const int64_t rs = w->W * cin;
+      const int64_t base = img + (y0 * w->W + x0) * cin, rs = w->W * cin;
       for (int64_t c = 0; c < cin; c += VL) {
         V d[16], o[16];
         for (int i = 0; i < 4; i++)
-          for (int j = 0; j < 4; j++) d[i * 4 + j] = V_LOAD(base + i * rs + j * cin + c);
+          for (int j = 0; j < 4; j++) d[i * 4 + j] = WG_LD(in, base + i * rs + j * cin + c, dt);
         WGN(bt_d_b)(d, o);
         for (int p = 0; p < 16; p++) V_STORE(v + (p * nt + t) * cin + c, o[p]);
       }
       continue;
     }
-    const float *src[16];
+    int64_t src[16]; /* element offsets; -1: padding */
     for (int i = 0; i < 4; i++)
       for (int j = 0; j < 4; j++) {
         int64_t y = y0 + i, x = x0 + j;
-        src[i * 4 + j] = y >= 0 && y < w->H && x >= 0 && x < w->W ? img + (y * w->W + x) * cin : NULL;
+        src[i * 4 + j] = y >= 0 && y < w->H && x >= 0 && x < w->W ? img + (y * w->W + x) * cin : -1;
       }
     for (int64_t c = 0; c < cin; c += VL) {
       V d[16], o[16];
-      for (int e = 0; e < 16; e++) d[e] = src[e] ? V_LOAD(src[e] + c) : V_ZERO();
+      for (int e = 0; e < 16; e++) d[e] = src[e] >= 0 ? WG_LD(in, src[e] + c, dt) : V_ZERO();
       WGN(bt_d_b)(d, o);
       for (int p = 0; p < 16; p++) V_STORE(v + (p * nt + t) * cin + c, o[p]);
     }
@@ -62,12 +80,12 @@ static TGT void WGN(input)(const loom_wg_geom *w, const float *in, int64_t cin, 
 
 /* y = Aᵀ m A, Aᵀ = [1 1 1 0; 0 1 -1 -1]; outputs past the image edge dropped. */
 static TGT void WGN(output)(const loom_wg_geom *w, const float *m, int64_t cout, int64_t t0, int64_t nt,
-                            const float *bias, bool relu, float *out) {
+                            const float *bias, bool relu, void *out, loom_dtype dt) {
   const int64_t per_img = w->TH * w->TW;
   for (int64_t t = 0; t < nt && t0 + t < w->ntiles; t++) {
     int64_t gt = t0 + t;
     int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 2, x0 = (r % w->TW) * 2;
-    float *img = out + n * w->H * w->W * cout;
+    const int64_t img = n * w->H * w->W * cout;
     bool y1 = y0 + 1 < w->H, x1 = x0 + 1 < w->W;
     for (int64_t k = 0; k < cout; k += VL) {
       V e[16], s[8], o[4];
@@ -86,14 +104,15 @@ static TGT void WGN(output)(const loom_wg_geom *w, const float *m, int64_t cout,
         if ((i && !y1) || (j && !x1)) continue;
         V val = V_ADD(o[q], bv);
         if (relu) val = V_MAX(val, V_ZERO());
-        V_STORE(img + ((y0 + i) * w->W + x0 + j) * cout + k, val);
+        WG_ST(out, img + ((y0 + i) * w->W + x0 + j) * cout + k, dt, val);
       }
     }
   }
 }
 
 /* e = A d Aᵀ, A = [1 0; 1 1; 1 -1; 0 -1]; dy past the image edge is zero. */
-static TGT void WGN(dy)(const loom_wg_geom *w, const float *dy, int64_t K, int64_t t0, int64_t nt, float *e) {
+static TGT void WGN(dy)(const loom_wg_geom *w, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt,
+                        float *e) {
   const int64_t per_img = w->TH * w->TW;
   for (int64_t t = 0; t < nt; t++) {
     int64_t gt = t0 + t;
@@ -102,15 +121,15 @@ static TGT void WGN(dy)(const loom_wg_geom *w, const float *dy, int64_t K, int64
       continue;
     }
     int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 2, x0 = (r % w->TW) * 2;
-    const float *img = dy + n * w->H * w->W * K;
-    const float *src[4];
+    const int64_t img = n * w->H * w->W * K;
+    int64_t src[4]; /* element offsets; -1: past the edge */
     for (int q = 0; q < 4; q++) {
       int64_t y = y0 + q / 2, x = x0 + q % 2;
-      src[q] = y < w->H && x < w->W ? img + (y * w->W + x) * K : NULL;
+      src[q] = y < w->H && x < w->W ? img + (y * w->W + x) * K : -1;
     }
     for (int64_t k = 0; k < K; k += VL) {
       V d[4], s[8], o[16];
-      for (int q = 0; q < 4; q++) d[q] = src[q] ? V_LOAD(src[q] + k) : V_ZERO();
+      for (int q = 0; q < 4; q++) d[q] = src[q] >= 0 ? WG_LD(dy, src[q] + k, dt) : V_ZERO();
       for (int j = 0; j < 2; j++) { /* rows: s = A d */
         s[0 * 2 + j] = d[0 * 2 + j];
         s[1 * 2 + j] = V_ADD(d[0 * 2 + j], d[1 * 2 + j]);
@@ -211,3 +230,5 @@ static TGT void WGN(gemm)(int64_t rows, int64_t ncol, int64_t depth, const float
 }
 #endif
 #undef WG_MK
+#undef WG_LD
+#undef WG_ST

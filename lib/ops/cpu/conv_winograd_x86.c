@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/cpu/conv_winograd_kern.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -31,6 +32,23 @@ typedef void (*wg_mk_fn)(const float *, int64_t, int64_t, const float *, int64_t
 #define V_MAX _mm512_max_ps
 #define V_SET1 _mm512_set1_ps
 #define V_FMADD _mm512_fmadd_ps
+#define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define V_LOAD_BF16(p) \
+  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define V_STORE_F16(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
+#define V_STORE_BF16(p, v) st_bf16_avx512((p), (v))
+/* core/half.h's rounding 16 lanes at a time (as cpu_util.c's AVX2 runs):
+ * add 0x7fff plus the kept lsb, keep the high half; every NaN becomes 0x7fff. */
+static inline TGT void st_bf16_avx512(uint16_t *p, __m512 v) {
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  __m512i x = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, lsb)), 16);
+  __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absmask), inf);
+  r = _mm512_mask_blend_epi32(nan, r, bias);
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, dy_avx512, gemm_avx512};
 #undef TGT
@@ -45,9 +63,13 @@ const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, d
 #undef V_MAX
 #undef V_SET1
 #undef V_FMADD
+#undef V_LOAD_F16
+#undef V_LOAD_BF16
+#undef V_STORE_F16
+#undef V_STORE_BF16
 
-/* ---- AVX2 + FMA --------------------------------------------------------------- */
-#define TGT __attribute__((target("avx2,fma")))
+/* ---- AVX2 + FMA (+ F16C) ------------------------------------------------------- */
+#define TGT __attribute__((target("avx2,fma,f16c")))
 #define VL 8
 #define V __m256
 #define WGN(n) n##_avx2
@@ -59,6 +81,23 @@ const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, d
 #define V_MAX _mm256_max_ps
 #define V_SET1 _mm256_set1_ps
 #define V_FMADD _mm256_fmadd_ps
+#define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define V_LOAD_BF16(p) \
+  _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define V_STORE_F16(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
+#define V_STORE_BF16(p, v) st_bf16_avx2((p), (v))
+/* The same rounding as st_bf16_avx512, 8 lanes (cpu_util.c's code). */
+static inline TGT void st_bf16_avx2(uint16_t *p, __m256 v) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  __m256i x = _mm256_castps_si256(v);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
+  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absmask), inf);
+  r = _mm256_blendv_epi8(r, bias, nan);
+  __m256i q = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(q));
+}
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_avx2 = {"avx2", input_avx2, output_avx2, dy_avx2, gemm_avx2};
 #undef TGT
@@ -73,6 +112,10 @@ const loom_wg_isa loom_wg_isa_avx2 = {"avx2", input_avx2, output_avx2, dy_avx2, 
 #undef V_MAX
 #undef V_SET1
 #undef V_FMADD
+#undef V_LOAD_F16
+#undef V_LOAD_BF16
+#undef V_STORE_F16
+#undef V_STORE_BF16
 
 /* ---- 16 lanes on generic vectors (tests) ------------------------------------- */
 typedef float wg_v16 __attribute__((vector_size(64)));
@@ -89,6 +132,9 @@ typedef int wg_v16i __attribute__((vector_size(64)));
 #define e16_max(a, b) ({ wg_v16 a_ = (a), b_ = (b); wg_v16i m_ = a_ > b_; (wg_v16)(((wg_v16i)a_ & m_) | ((wg_v16i)b_ & ~m_)); })
 #define e16_set1(s) ((wg_v16){0} + (s))
 #define e16_fmadd(a, b, c) ((a) * (b) + (c))
+/* 16-bit values one lane at a time through core/half.h (tests need no speed). */
+#define e16_load_h(p, cvt) ({ wg_v16 lh_; for (int i_ = 0; i_ < 16; i_++) lh_[i_] = cvt((p)[i_]); lh_; })
+#define e16_store_h(p, v, cvt) ({ wg_v16 sh_ = (v); for (int i_ = 0; i_ < 16; i_++) (p)[i_] = cvt(sh_[i_]); })
 #define VL 16
 #define V wg_v16
 #define WGN(n) n##_emu16
@@ -100,6 +146,10 @@ typedef int wg_v16i __attribute__((vector_size(64)));
 #define V_MAX e16_max
 #define V_SET1 e16_set1
 #define V_FMADD e16_fmadd
+#define V_LOAD_F16(p) e16_load_h((p), loom_half_to_f32)
+#define V_LOAD_BF16(p) e16_load_h((p), loom_bfloat_to_f32)
+#define V_STORE_F16(p, v) e16_store_h((p), (v), loom_half_from_f32)
+#define V_STORE_BF16(p, v) e16_store_h((p), (v), loom_bfloat_from_f32)
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_emu16 = {"emu16", input_emu16, output_emu16, dy_emu16, gemm_emu16};
 
