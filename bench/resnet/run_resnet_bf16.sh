@@ -2,7 +2,7 @@
 # run_resnet_bf16.sh — a ResNet-20 training step (3x32x32, batch 128, SGD
 # Nesterov, synthetic data, channels-last) on the CPU six ways, side by
 # side in one run: loom fp32, loom --precision bf16, loom --precision bf16
-# with LOOM_CPU_ISA=avx512 (the widening path: what bf16 ran before the
+# with LOOM_CPU_ISA=avx512 (avx2 on CPUs without AVX-512) (the widening path: what bf16 ran before the
 # AVX512_BF16 convolutions, and what a CPU without the instruction runs),
 # loom --precision fp16 (widening on every CPU loom has kernels for),
 # PyTorch fp32 and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16),
@@ -44,6 +44,10 @@ else
   echo "# no PyTorch sides; threads=$THREADS, rounds=$ROUNDS, steps=$STEPS, warmup=$WARMUP"
 fi
 [ -z "$BASE" ] || echo "# base: $BASE"
+# The widening side's instruction set: AVX-512 without AVX512_BF16, or
+# AVX2 on CPUs without AVX-512 (where bf16 always widens).
+WIDEN_ISA=avx2
+grep -q -w avx512f /proc/cpuinfo && WIDEN_ISA=avx512
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w 'avx512f\|avx512_bf16\|amx_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
@@ -67,10 +71,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
     case $s in
       loom_fp32) line=$(loom --precision fp32); key=samples_per_sec ;;
       loom_bf16) line=$(loom --precision bf16); key=samples_per_sec ;;
-      loom_bf16_widening) line=$(LOOM_CPU_ISA=avx512 loom --precision bf16); key=samples_per_sec ;;
+      loom_bf16_widening) line=$(LOOM_CPU_ISA=$WIDEN_ISA loom --precision bf16); key=samples_per_sec ;;
       loom_fp16) line=$(loom --precision fp16); key=samples_per_sec ;;
       base_fp32) line=$(loom_of "$BASE" --precision fp32); key=samples_per_sec ;;
-      base_bf16_widening) line=$(LOOM_CPU_ISA=avx512 loom_of "$BASE" --precision bf16); key=samples_per_sec ;;
+      base_bf16_widening) line=$(LOOM_CPU_ISA=$WIDEN_ISA loom_of "$BASE" --precision bf16); key=samples_per_sec ;;
       torch_fp32) line=$(torch_step); key=samples_per_s ;;
       torch_bf16) line=$(torch_step --bf16); key=samples_per_s ;;
     esac
