@@ -112,15 +112,22 @@ CPU_TEST(conv_widen, f16_bf16_match_the_f32_convolution_rounded_once) {
     cr_assert_eq(loom_set_cpu_isa(ISAS[isa]), LOOM_OK, "%s", loom_last_error());
     if (l == 2) cr_assert(loom_conv_winograd_test_kernels("emu16"));
     const char *label = l == 2 ? "avx2, Winograd emu16" : ISAS[isa];
-    tk_seed(2511);
-    for (int ci = 0; ci < NCASES; ci++)
-      for (int k = 0; k < 16; k++) {
-        const loom_dtype dt = k & 1 ? LOOM_BF16 : LOOM_F16;
-        const bool nhwc = k & 2, bias = k & 4, relu = k & 8;
-        loom_scope_begin();
-        check(&CASES[ci], ci, dt, nhwc, bias, relu, label);
-        loom_scope_end();
-      }
+    /* Winograd layers with 4x4 output tiles (the default), then 2x2. */
+    for (int tile = 4; tile >= 2; tile -= 2) {
+      loom_conv_cpu_set_winograd(tile);
+      char lt[80];
+      snprintf(lt, sizeof lt, "%s, Winograd tile %d", label, tile);
+      tk_seed(2511);
+      for (int ci = 0; ci < NCASES; ci++)
+        for (int k = 0; k < 16; k++) {
+          const loom_dtype dt = k & 1 ? LOOM_BF16 : LOOM_F16;
+          const bool nhwc = k & 2, bias = k & 4, relu = k & 8;
+          loom_scope_begin();
+          check(&CASES[ci], ci, dt, nhwc, bias, relu, lt);
+          loom_scope_end();
+        }
+    }
+    loom_conv_cpu_set_winograd(4);
     loom_conv_winograd_test_kernels(NULL);
     ran++;
   }

@@ -290,6 +290,18 @@ LOOM_API const char *loom_cpu_gemm_name(void);
 LOOM_API loom_status loom_set_cpu_isa(const char *name);
 /* What the kernels use now: "avx512bf16", "avx512", "avx2" or "scalar". */
 LOOM_API const char *loom_cpu_isa(void);
+/* 3x3 stride-1 padding-1 convolutions on channels-last CPU tensors (groups
+ * 1, channel counts multiples of 16 up to 128, AVX2 or wider) in the
+ * Winograd domain: tile 4 (the default: F(4x4, 3x3), 4x fewer multiplies
+ * than direct convolution, f32 rounding grown to about 73 x 2^-24 of the
+ * terms' magnitudes), 2 (F(2x2, 3x3): 2.25x fewer, about 3 x 2^-24) or 0
+ * (off: the direct kernels, as on every other geometry). Same as env
+ * LOOM_CONV_WINOGRAD, read at first use. Another value is
+ * LOOM_ERR_INVALID_ARG and changes nothing. Process-wide; change it between
+ * calls. */
+LOOM_API loom_status loom_set_cpu_winograd(int tile);
+/* The tile in force: 4, 2 or 0 (off). */
+LOOM_API int loom_cpu_winograd(void);
 
 LOOM_EXTERN_C_END
 #endif

@@ -1,7 +1,8 @@
-/* cpu_config.c — CPU execution settings: thread count, which GEMM runs, and
- * the kernels' instruction set. */
+/* cpu_config.c — CPU execution settings: thread count, which GEMM runs, the
+ * kernels' instruction set, and the Winograd convolutions' tile. */
 #include <omp.h>
 
+#include "ops/cpu/conv_cpu.h"
 #include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu_threads.h"
@@ -38,3 +39,11 @@ loom_status loom_set_cpu_isa(const char *name) {
 }
 
 const char *loom_cpu_isa(void) { return loom_cpu_isa_level_name(loom_cpu_isa_level_now()); }
+
+loom_status loom_set_cpu_winograd(int tile) {
+  if (!loom_conv_cpu_set_winograd(tile))
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "set_cpu_winograd: tile %d is not 4 (F(4x4, 3x3)), 2 (F(2x2, 3x3)) or 0 (off)", tile);
+  return LOOM_OK;
+}
+
+int loom_cpu_winograd(void) { return loom_conv_cpu_winograd_tile(); }

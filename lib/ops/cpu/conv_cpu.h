@@ -79,16 +79,18 @@ loom_status loom_conv_pointwise_forward(const loom_conv_geom *g, const float *x,
 loom_status loom_conv_pointwise_backward_data(const loom_conv_geom *g, const float *dy, const float *w, float *dx);
 loom_status loom_conv_pointwise_backward_filter(const loom_conv_geom *g, const float *x, const float *dy, float *dw);
 
-/* Winograd F(2x2, 3x3) (conv_winograd.c): NHWC, groups 1, 3x3, stride 1,
+/* Winograd F(4x4, 3x3) or F(2x2, 3x3) (conv_winograd.c): NHWC, groups 1, 3x3, stride 1,
  * padding 1, dilation 1, channel counts multiples of 16 up to 128, AVX-512
  * or AVX2 (the direct kernels' instruction set); same contracts as the
  * direct kernels (activations of any float dtype, widened and rounded as
- * they are read and written). On by default where it applies;
- * LOOM_CONV_WINOGRAD=0 in the environment (read once) or
- * loom_conv_cpu_set_winograd(false) turns it off (tests and benchmarks
- * compare it with the direct kernels). Global; flip between calls. */
+ * they are read and written). On by default where it applies, with 4x4
+ * output tiles; LOOM_CONV_WINOGRAD=0 / 2 / 4 in the environment (read
+ * once) or loom_conv_cpu_set_winograd(0 / 2 / 4) (public:
+ * loom_set_cpu_winograd) turns it off or picks the tile (tests and benchmarks compare them with the direct kernels).
+ * Global; flip between calls. */
 bool loom_conv_winograd_applies(const loom_conv_geom *g);
-void loom_conv_cpu_set_winograd(bool on);
+bool loom_conv_cpu_set_winograd(int tile); /* 0 off; 2: F(2x2, 3x3); 4 (default): F(4x4, 3x3); else false */
+int loom_conv_cpu_winograd_tile(void);
 bool loom_conv_cpu_winograd_enabled(void);
 /* Tests: "emu16" runs the AVX-512 kernels' code on 16-lane generic vectors
  * in place of the instruction set's kernels (any AVX2 CPU; false, changing

@@ -1,12 +1,12 @@
 /* conv_winograd_kern.h (internal) — the vector kernels of the Winograd
- * F(2x2, 3x3) convolution (conv_winograd.c), one table per instruction set:
+ * F(2x2, 3x3) and F(4x4, 3x3) convolutions (conv_winograd.c), one table per instruction set:
  * conv_winograd_x86.c instantiates them for AVX-512 (16 floats per vector)
  * and AVX2+FMA (8), and for tests on 16-lane generic vectors. Nothing here
  * may be called unless the CPU has the ISA.
  *
  * Layouts: activations NHWC [N][H][W][ch]; transform-domain blocks
  * [16 points][nt tiles][ch] (a point's tiles are rows of ch floats); tiles
- * are 2x2 outputs, numbered image by image, row by row; tile indices at or
+ * are 2x2 (or 4x4) outputs, numbered image by image, row by row; tile indices at or
  * past g->ntiles are zero rows (the last block's padding). Channel counts
  * are multiples of 16. */
 #ifndef LOOM_OPS_CPU_CONV_WINOGRAD_KERN_H
@@ -19,7 +19,7 @@
 
 typedef struct loom_wg_geom {
   int64_t N, H, W, TH, TW, ntiles;  /* images N of H x W; TH x TW tiles per image */
-} loom_wg_geom;
+} loom_wg_geom;  /* tiles of 2x2 outputs (F(2x2, 3x3)) or 4x4 (F(4x4, 3x3)) */
 
 typedef struct loom_wg_isa {
   const char *name;
@@ -32,6 +32,11 @@ typedef struct loom_wg_isa {
                  bool relu, void *out, loom_dtype dt);
   /* e [16][nt][K] = A dy Aᵀ of the 2x2 dy tiles [t0, t0 + nt) (dy f32, f16 or bf16). */
   void (*dy)(const loom_wg_geom *g, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt, float *e);
+  /* The same three for F(4x4, 3x3): 6x6 input tiles, 36 points, 4x4 outputs. */
+  void (*input4)(const loom_wg_geom *g, const void *in, loom_dtype dt, int64_t cin, int64_t t0, int64_t nt, float *v);
+  void (*output4)(const loom_wg_geom *g, const float *m, int64_t cout, int64_t t0, int64_t nt, const float *bias,
+                  bool relu, void *out, loom_dtype dt);
+  void (*dy4)(const loom_wg_geom *g, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt, float *e);
   /* out [rows x ncol] (+)= a [rows x depth] (element (r, d) at a[r*ars +
    * d*acs]) x b [depth x ncol] (ld ldb); rows a multiple of 12 or of 16,
    * ncol of 16. */

@@ -147,6 +147,128 @@ static TGT void WGN(dy)(const loom_wg_geom *w, const void *dy, loom_dtype dt, in
   }
 }
 
+/* ---- F(4x4, 3x3): 6x6 input tiles, 36 points ------------------------------
+ * Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0;
+ *       0 2 -1 -2 1 0; 0 4 0 -5 0 1],
+ * Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * (Lavin & Gray's; checked against a float64 correlation when written).
+ * 1-D transforms over vectors x[k*xs], results to y[k*ys]. */
+static inline TGT void WGN(bt6)(const V *x, int xs, V *y, int ys) {
+  const V d0 = x[0], d1 = x[xs], d2 = x[2 * xs], d3 = x[3 * xs], d4 = x[4 * xs], d5 = x[5 * xs];
+  const V c4 = V_SET1(4.0f), c5 = V_SET1(-5.0f), cm4 = V_SET1(-4.0f), c2 = V_SET1(2.0f);
+  y[0] = V_FMADD(c4, d0, V_FMADD(c5, d2, d4));
+  y[ys] = V_FMADD(cm4, V_ADD(d1, d2), V_ADD(d3, d4));
+  y[2 * ys] = V_FMADD(c4, V_SUB(d1, d2), V_SUB(d4, d3));
+  y[3 * ys] = V_FMADD(c2, V_SUB(d3, d1), V_SUB(d4, d2));
+  y[4 * ys] = V_FMADD(c2, V_SUB(d1, d3), V_SUB(d4, d2));
+  y[5 * ys] = V_FMADD(c4, d1, V_FMADD(c5, d3, d5));
+}
+
+/* Aᵀ: 6 -> 4. */
+static inline TGT void WGN(at6)(const V *x, int xs, V *y, int ys) {
+  const V a = V_ADD(x[xs], x[2 * xs]), b = V_SUB(x[xs], x[2 * xs]);
+  const V c = V_ADD(x[3 * xs], x[4 * xs]), d = V_SUB(x[3 * xs], x[4 * xs]);
+  y[0] = V_ADD(V_ADD(x[0], a), c);
+  y[ys] = V_FMADD(V_SET1(2.0f), d, b);
+  y[2 * ys] = V_FMADD(V_SET1(4.0f), c, a);
+  y[3 * ys] = V_ADD(V_FMADD(V_SET1(8.0f), d, b), x[5 * xs]);
+}
+
+/* A = (Aᵀ)ᵀ: 4 -> 6. */
+static inline TGT void WGN(a4)(const V *x, int xs, V *y, int ys) {
+  const V e0 = x[0], e1 = x[xs], e2 = x[2 * xs], e3 = x[3 * xs];
+  const V p = V_ADD(e0, e2), q = V_ADD(e1, e3);
+  const V p2 = V_FMADD(V_SET1(4.0f), e2, e0), q2 = V_FMADD(V_SET1(8.0f), e3, V_ADD(e1, e1));
+  y[0] = e0;
+  y[ys] = V_ADD(p, q);
+  y[2 * ys] = V_SUB(p, q);
+  y[3 * ys] = V_ADD(p2, q2);
+  y[4 * ys] = V_SUB(p2, q2);
+  y[5 * ys] = e3;
+}
+
+static TGT void WGN(input4)(const loom_wg_geom *w, const void *in, loom_dtype dt, int64_t cin, int64_t t0, int64_t nt,
+                            float *v) {
+  const int64_t per_img = w->TH * w->TW;
+  for (int64_t t = 0; t < nt; t++) {
+    int64_t gt = t0 + t;
+    if (gt >= w->ntiles) {
+      for (int p = 0; p < 36; p++) memset(v + (p * nt + t) * cin, 0, (size_t)cin * sizeof(float));
+      continue;
+    }
+    int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 4 - 1, x0 = (r % w->TW) * 4 - 1;
+    const int64_t img = n * w->H * w->W * cin;
+    int64_t src[36]; /* element offsets; -1: padding */
+    for (int i = 0; i < 6; i++)
+      for (int j = 0; j < 6; j++) {
+        int64_t y = y0 + i, x = x0 + j;
+        src[i * 6 + j] = y >= 0 && y < w->H && x >= 0 && x < w->W ? img + (y * w->W + x) * cin : -1;
+      }
+    for (int64_t c = 0; c < cin; c += VL) {
+      V d[36], u[36], o[6];
+      for (int e = 0; e < 36; e++) d[e] = src[e] >= 0 ? WG_LD(in, src[e] + c, dt) : V_ZERO();
+      for (int j = 0; j < 6; j++) WGN(bt6)(d + j, 6, u + j, 6); /* columns: Bᵀ d */
+      for (int i = 0; i < 6; i++) {                              /* rows: (Bᵀ d) B */
+        WGN(bt6)(u + i * 6, 1, o, 1);
+        for (int k = 0; k < 6; k++) V_STORE(v + ((i * 6 + k) * nt + t) * cin + c, o[k]);
+      }
+    }
+  }
+}
+
+static TGT void WGN(output4)(const loom_wg_geom *w, const float *m, int64_t cout, int64_t t0, int64_t nt,
+                             const float *bias, bool relu, void *out, loom_dtype dt) {
+  const int64_t per_img = w->TH * w->TW;
+  for (int64_t t = 0; t < nt && t0 + t < w->ntiles; t++) {
+    int64_t gt = t0 + t;
+    int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 4, x0 = (r % w->TW) * 4;
+    const int64_t img = n * w->H * w->W * cout;
+    const int ny = (int)(w->H - y0 < 4 ? w->H - y0 : 4), nx = (int)(w->W - x0 < 4 ? w->W - x0 : 4);
+    for (int64_t k = 0; k < cout; k += VL) {
+      V e[36], s[24], o[4];
+      for (int p = 0; p < 36; p++) e[p] = V_LOAD(m + (p * nt + t) * cout + k);
+      for (int j = 0; j < 6; j++) WGN(at6)(e + j, 6, s + j, 6); /* columns: Aᵀ e */
+      V bv = bias ? V_LOAD(bias + k) : V_ZERO();
+      for (int i = 0; i < ny; i++) { /* rows: (Aᵀ e) A */
+        WGN(at6)(s + i * 6, 1, o, 1);
+        for (int j = 0; j < nx; j++) {
+          V val = V_ADD(o[j], bv);
+          if (relu) val = V_MAX(val, V_ZERO());
+          WG_ST(out, img + ((y0 + i) * w->W + x0 + j) * cout + k, dt, val);
+        }
+      }
+    }
+  }
+}
+
+static TGT void WGN(dy4)(const loom_wg_geom *w, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt,
+                         float *e) {
+  const int64_t per_img = w->TH * w->TW;
+  for (int64_t t = 0; t < nt; t++) {
+    int64_t gt = t0 + t;
+    if (gt >= w->ntiles) {
+      for (int p = 0; p < 36; p++) memset(e + (p * nt + t) * K, 0, (size_t)K * sizeof(float));
+      continue;
+    }
+    int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 4, x0 = (r % w->TW) * 4;
+    const int64_t img = n * w->H * w->W * K;
+    int64_t src[16]; /* element offsets; -1: past the edge */
+    for (int q = 0; q < 16; q++) {
+      int64_t y = y0 + q / 4, x = x0 + q % 4;
+      src[q] = y < w->H && x < w->W ? img + (y * w->W + x) * K : -1;
+    }
+    for (int64_t k = 0; k < K; k += VL) {
+      V d[16], s[24], o[6];
+      for (int q = 0; q < 16; q++) d[q] = src[q] >= 0 ? WG_LD(dy, src[q] + k, dt) : V_ZERO();
+      for (int j = 0; j < 4; j++) WGN(a4)(d + j, 4, s + j, 4); /* columns: A d, s [6][4] */
+      for (int i = 0; i < 6; i++) {                             /* rows: (A d) Aᵀ */
+        WGN(a4)(s + i * 4, 1, o, 1);
+        for (int jj = 0; jj < 6; jj++) V_STORE(e + ((i * 6 + jj) * nt + t) * K + k, o[jj]);
+      }
+    }
+  }
+}
+
 /* The GEMM micro-kernel: out[r][VL*j ..] (+)= Σ_d a[r*ars + d*acs] *
  * b[d*ldb + VL*j ..] for r < MR, j < NV, the accumulators in registers. */
 #define WG_MK(MR, NV)                                                                                        \

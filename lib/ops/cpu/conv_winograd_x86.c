@@ -50,7 +50,7 @@ static inline TGT void st_bf16_avx512(uint16_t *p, __m512 v) {
   _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
 }
 #include "ops/cpu/conv_winograd_tmpl.h"
-const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, dy_avx512, gemm_avx512};
+const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, dy_avx512, input4_avx512, output4_avx512, dy4_avx512, gemm_avx512};
 #undef TGT
 #undef VL
 #undef V
@@ -99,7 +99,7 @@ static inline TGT void st_bf16_avx2(uint16_t *p, __m256 v) {
   _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(q));
 }
 #include "ops/cpu/conv_winograd_tmpl.h"
-const loom_wg_isa loom_wg_isa_avx2 = {"avx2", input_avx2, output_avx2, dy_avx2, gemm_avx2};
+const loom_wg_isa loom_wg_isa_avx2 = {"avx2", input_avx2, output_avx2, dy_avx2, input4_avx2, output4_avx2, dy4_avx2, gemm_avx2};
 #undef TGT
 #undef VL
 #undef V
@@ -151,10 +151,10 @@ typedef int wg_v16i __attribute__((vector_size(64)));
 #define V_STORE_F16(p, v) e16_store_h((p), (v), loom_half_from_f32)
 #define V_STORE_BF16(p, v) e16_store_h((p), (v), loom_bfloat_from_f32)
 #include "ops/cpu/conv_winograd_tmpl.h"
-const loom_wg_isa loom_wg_isa_emu16 = {"emu16", input_emu16, output_emu16, dy_emu16, gemm_emu16};
+const loom_wg_isa loom_wg_isa_emu16 = {"emu16", input_emu16, output_emu16, dy_emu16, input4_emu16, output4_emu16, dy4_emu16, gemm_emu16};
 
 #else
-const loom_wg_isa loom_wg_isa_avx512 = {NULL, NULL, NULL, NULL, NULL};
-const loom_wg_isa loom_wg_isa_avx2 = {NULL, NULL, NULL, NULL, NULL};
-const loom_wg_isa loom_wg_isa_emu16 = {NULL, NULL, NULL, NULL, NULL};
+const loom_wg_isa loom_wg_isa_avx512 = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+const loom_wg_isa loom_wg_isa_avx2 = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+const loom_wg_isa loom_wg_isa_emu16 = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 #endif
