@@ -6,9 +6,10 @@
 #
 #   CPU (default): ResNet-20, 3x32x32, batch 128, 2 threads, f32:
 #     loom NHWC and NCHW vs PyTorch NCHW and channels-last (oneDNN); loom
-#     NHWC twice: as it runs (Winograd for the 3x3 stride-1 convolutions)
-#     and with LOOM_CONV_WINOGRAD=0 (the direct kernels), reported as
-#     loom_nhwc_direct.
+#     NHWC three times: as it runs (Winograd F(4x4, 3x3) for the 3x3
+#     stride-1 convolutions), with LOOM_CONV_WINOGRAD=2 (F(2x2, 3x3):
+#     loom_nhwc_f2x2) and with LOOM_CONV_WINOGRAD=0 (the direct kernels:
+#     loom_nhwc_direct).
 #     --model resnet18|resnet50 (ImageNet-style, 3x224x224 unless --size):
 #     the same four cases for torchvision's architectures.
 #   GPU (--device cuda): ResNet-50, 3x224x224, batch 256, AMP (fp16 with
@@ -47,7 +48,7 @@ if [ "$DEVICE" = cpu ]; then
     resnet20|resnet56) SHAPE=${SHAPE:-3x32x32} ;;
     *) SHAPE=${SHAPE:-3x224x224} ;;
   esac
-  LOOM_CASES=("--format nhwc" "LOOM_CONV_WINOGRAD=0 --format nhwc" "--format nchw")
+  LOOM_CASES=("--format nhwc" "LOOM_CONV_WINOGRAD=2 --format nhwc" "LOOM_CONV_WINOGRAD=0 --format nhwc" "--format nchw")
   TORCH_CASES=("--format nchw" "--format nhwc")
   LOOM_COMMON="--device cpu --threads $THREADS"
   TORCH_COMMON="--device cpu --threads $THREADS"
@@ -92,7 +93,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 lb=0 tb=0 line=""
 for k in "${!best[@]}"; do
-  name=$(echo "$k" | sed 's/LOOM_CONV_WINOGRAD=0 \(.*\)/\1 direct/' | tr ' ' '_' |
+  name=$(echo "$k" | sed 's/LOOM_CONV_WINOGRAD=0 \(.*\)/\1 direct/; s/LOOM_CONV_WINOGRAD=2 \(.*\)/\1 f2x2/' | tr ' ' '_' |
          sed 's/--format_//; s/--precision_//; s/--amp/amp/; s/__*/_/g')
   line="$line ${name}_samples_per_s=${best[$k]}"
   case "$k" in
