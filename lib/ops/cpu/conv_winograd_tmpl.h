@@ -5,7 +5,8 @@
  * function name), V_LOAD, V_STORE, V_ZERO, V_ADD, V_SUB, V_MAX, V_SET1,
  * V_FMADD, V_LOAD_F16 / V_LOAD_BF16 (VL 16-bit values widened: exact) and
  * V_STORE_F16 / V_STORE_BF16 (rounded to nearest even as core/half.h does,
- * bit for bit), UNROLL(n). No include guard.
+ * bit for bit), UNROLL(n). No include guard; it undefines all of those but
+ * UNROLL at its end, so the next instruction set defines them afresh.
  *
  * Activations may be f32, f16 or bf16: widened as they are loaded and
  * rounded as they are stored, so a 16-bit convolution gives the f32
@@ -354,3 +355,19 @@ static TGT void WGN(gemm)(int64_t rows, int64_t ncol, int64_t depth, const float
 #undef WG_MK
 #undef WG_LD
 #undef WG_ST
+#undef TGT
+#undef VL
+#undef V
+#undef WGN
+#undef V_LOAD
+#undef V_STORE
+#undef V_ZERO
+#undef V_ADD
+#undef V_SUB
+#undef V_MAX
+#undef V_SET1
+#undef V_FMADD
+#undef V_LOAD_F16
+#undef V_LOAD_BF16
+#undef V_STORE_F16
+#undef V_STORE_BF16

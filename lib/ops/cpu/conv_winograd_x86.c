@@ -51,22 +51,6 @@ static inline TGT void st_bf16_avx512(uint16_t *p, __m512 v) {
 }
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, dy_avx512, input4_avx512, output4_avx512, dy4_avx512, gemm_avx512};
-#undef TGT
-#undef VL
-#undef V
-#undef WGN
-#undef V_LOAD
-#undef V_STORE
-#undef V_ZERO
-#undef V_ADD
-#undef V_SUB
-#undef V_MAX
-#undef V_SET1
-#undef V_FMADD
-#undef V_LOAD_F16
-#undef V_LOAD_BF16
-#undef V_STORE_F16
-#undef V_STORE_BF16
 
 /* ---- AVX2 + FMA (+ F16C) ------------------------------------------------------- */
 #define TGT __attribute__((target("avx2,fma,f16c")))
@@ -100,22 +84,6 @@ static inline TGT void st_bf16_avx2(uint16_t *p, __m256 v) {
 }
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_avx2 = {"avx2", input_avx2, output_avx2, dy_avx2, input4_avx2, output4_avx2, dy4_avx2, gemm_avx2};
-#undef TGT
-#undef VL
-#undef V
-#undef WGN
-#undef V_LOAD
-#undef V_STORE
-#undef V_ZERO
-#undef V_ADD
-#undef V_SUB
-#undef V_MAX
-#undef V_SET1
-#undef V_FMADD
-#undef V_LOAD_F16
-#undef V_LOAD_BF16
-#undef V_STORE_F16
-#undef V_STORE_BF16
 
 /* ---- 16 lanes on generic vectors (tests) ------------------------------------- */
 typedef float wg_v16 __attribute__((vector_size(64)));
