@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_mlp_bf16.sh — the MNIST MLP training step (784→1024→1024→10, AdamW,
 # batch 128) on the CPU six ways, side by side in one run: loom fp32, loom
-# --precision bf16, loom --precision bf16 with LOOM_CPU_ISA=avx512 (the
+# --precision bf16, loom --precision bf16 with LOOM_CPU_ISA=avx512 (avx2 on
+# CPUs without AVX-512) (the
 # widening path, what a CPU without AVX512_BF16 runs), loom --precision fp16,
 # PyTorch fp32 and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16). The sides alternate within each
 # round (ABAB...: the machine may be shared, so every side sees the same load)
@@ -54,6 +55,8 @@ if ((TORCH)); then
 else
   echo "# no PyTorch sides; threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
 fi
+WIDEN_ISA=avx2
+grep -q -w avx512f /proc/cpuinfo && WIDEN_ISA=avx512
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); bf16 flags: $(grep -o 'avx512_bf16\|amx_bf16\|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
@@ -66,8 +69,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     case $s in
       loom_fp32) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
       loom_bf16|loom_fp16) line=$("$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#loom_}" | grep '^bench=') ;;
-      loom_bf16_widening) line=$(LOOM_CPU_ISA=avx512 "$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
-      base_bf16_widening) line=$(LOOM_CPU_ISA=avx512 "$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
+      loom_bf16_widening) line=$(LOOM_CPU_ISA=$WIDEN_ISA "$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
+      base_bf16_widening) line=$(LOOM_CPU_ISA=$WIDEN_ISA "$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
       base_*) line=$("$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#base_}" | grep '^bench=') ;;
       torch_fp32) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
       torch_bf16) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
