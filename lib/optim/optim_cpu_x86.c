@@ -13,6 +13,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "ops/cpu/bf16_simd.h"
+
 #include "core/half.h"
 
 /* The 8 f32 values in x, rounded to dt (f16 or bf16), stored at d. */
@@ -21,14 +23,7 @@ __attribute__((target("avx2,f16c"))) static inline void store8_lowp(uint16_t *d,
     _mm_storeu_si128((__m128i *)d, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
     return;
   }
-  const __m256i bias = _mm256_set1_epi32(0x7fff);
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
-  const __m256i nan =
-      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  r = _mm256_blendv_epi8(r, bias, nan);
-  _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08)));
+  _mm_storeu_si128((__m128i *)d, loom_bf16x8_avx2(x));
 }
 
 static inline uint16_t lowp1(float x, bool f16) { return f16 ? loom_half_from_f32(x) : loom_bfloat_from_f32(x); }

@@ -14,6 +14,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "ops/cpu/bf16_simd.h"
+
 #define U_(x) _Pragma(#x)
 #define UNROLL(n) U_(GCC unroll n)
 
@@ -36,19 +38,7 @@ typedef void (*wg_mk_fn)(const float *, int64_t, int64_t, const float *, int64_t
 #define V_LOAD_BF16(p) \
   _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define V_STORE_F16(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
-#define V_STORE_BF16(p, v) st_bf16_avx512((p), (v))
-/* core/half.h's rounding 16 lanes at a time (as cpu_util.c's AVX2 runs):
- * add 0x7fff plus the kept lsb, keep the high half; every NaN becomes 0x7fff. */
-static inline TGT void st_bf16_avx512(uint16_t *p, __m512 v) {
-  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-  const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  __m512i x = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, lsb)), 16);
-  __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absmask), inf);
-  r = _mm512_mask_blend_epi32(nan, r, bias);
-  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
-}
+#define V_STORE_BF16(p, v) _mm256_storeu_si256((__m256i *)(p), loom_bf16x16_avx512(v))
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, dy_avx512, input4_avx512, output4_avx512, dy4_avx512, gemm_avx512};
 
@@ -69,19 +59,7 @@ const loom_wg_isa loom_wg_isa_avx512 = {"avx512", input_avx512, output_avx512, d
 #define V_LOAD_BF16(p) \
   _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define V_STORE_F16(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
-#define V_STORE_BF16(p, v) st_bf16_avx2((p), (v))
-/* The same rounding as st_bf16_avx512, 8 lanes (cpu_util.c's code). */
-static inline TGT void st_bf16_avx2(uint16_t *p, __m256 v) {
-  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
-  const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  __m256i x = _mm256_castps_si256(v);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
-  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absmask), inf);
-  r = _mm256_blendv_epi8(r, bias, nan);
-  __m256i q = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(q));
-}
+#define V_STORE_BF16(p, v) _mm_storeu_si128((__m128i *)(p), loom_bf16x8_avx2(v))
 #include "ops/cpu/conv_winograd_tmpl.h"
 const loom_wg_isa loom_wg_isa_avx2 = {"avx2", input_avx2, output_avx2, dy_avx2, input4_avx2, output4_avx2, dy4_avx2, gemm_avx2};
 

@@ -15,6 +15,8 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "ops/cpu/bf16_simd.h"
+
 /* F16C where the CPU has it and the kernels' instruction set is AVX2 or
  * wider (LOOM_CPU_ISA=scalar: the portable conversion). */
 static int has_f16c(void) {
@@ -54,20 +56,8 @@ __attribute__((target("avx2"))) static void bf16_to_f32_avx2(const uint16_t *s, 
 }
 
 __attribute__((target("avx2"))) static void f32_to_bf16_avx2(const float *s, uint16_t *d, int64_t n) {
-  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
-  const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    __m256i x = _mm256_loadu_si256((const __m256i *)(s + j));
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
-    /* |x| > inf as signed compare: |x| < 2^31, so it is exact. */
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absmask), inf);
-    r = _mm256_blendv_epi8(r, bias, nan);
-    /* r < 2^16: the saturating pack is exact; it interleaves 128-bit lanes. */
-    __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128((__m128i *)(d + j), _mm256_castsi256_si128(p));
-  }
+  for (; j + 8 <= n; j += 8) _mm_storeu_si128((__m128i *)(d + j), loom_bf16x8_avx2(_mm256_loadu_ps(s + j)));
   for (; j < n; j++) d[j] = loom_bfloat_from_f32(s[j]);
 }
 static int has_avx2(void) { return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2; }
@@ -127,6 +117,49 @@ void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, con
     case LOOM_I32: { int32_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_to_i32(src[j]); break; }
     case LOOM_I64: { int64_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_to_i64(src[j]); break; }
     case LOOM_U8: { uint8_t *d = dst; for (int64_t j = 0; j < n; j++) d[j * stride] = loom_to_u8(src[j]); break; }
+  }
+}
+
+/* Run converters for loom_cpu_widen_fn_for / loom_cpu_round_fn_for: the
+ * choice loom_cpu_load_f32 / loom_cpu_store_f32 make per call, made once. */
+static void widen_f32(const void *s, float *d, int64_t n) { memcpy(d, s, (size_t)n * sizeof(float)); }
+static void widen_f16(const void *s, float *d, int64_t n) {
+  const uint16_t *h = s;
+  for (int64_t j = 0; j < n; j++) d[j] = loom_half_to_f32(h[j]);
+}
+static void widen_bf16(const void *s, float *d, int64_t n) {
+  const uint16_t *h = s;
+  for (int64_t j = 0; j < n; j++) d[j] = loom_bfloat_to_f32(h[j]);
+}
+static void widen_f16c(const void *s, float *d, int64_t n) { f16_to_f32_f16c(s, d, n); }
+static void widen_bf16_avx2(const void *s, float *d, int64_t n) { bf16_to_f32_avx2(s, d, n); }
+static void round_f32(const float *s, void *d, int64_t n) { memcpy(d, s, (size_t)n * sizeof(float)); }
+static void round_f16(const float *s, void *d, int64_t n) {
+  uint16_t *h = d;
+  for (int64_t j = 0; j < n; j++) h[j] = loom_half_from_f32(s[j]);
+}
+static void round_bf16(const float *s, void *d, int64_t n) {
+  uint16_t *h = d;
+  for (int64_t j = 0; j < n; j++) h[j] = loom_bfloat_from_f32(s[j]);
+}
+static void round_f16c(const float *s, void *d, int64_t n) { f32_to_f16_f16c(s, d, n); }
+static void round_bf16_avx2(const float *s, void *d, int64_t n) { f32_to_bf16_avx2(s, d, n); }
+
+loom_cpu_widen_fn loom_cpu_widen_fn_for(loom_dtype dt) {
+  switch (dt) {
+    case LOOM_F16: return has_f16c() ? widen_f16c : widen_f16;
+    case LOOM_BF16: return has_avx2() ? widen_bf16_avx2 : widen_bf16;
+    case LOOM_F32: return widen_f32;
+    default: return NULL;
+  }
+}
+
+loom_cpu_round_fn loom_cpu_round_fn_for(loom_dtype dt) {
+  switch (dt) {
+    case LOOM_F16: return has_f16c() ? round_f16c : round_f16;
+    case LOOM_BF16: return has_avx2() ? round_bf16_avx2 : round_bf16;
+    case LOOM_F32: return round_f32;
+    default: return NULL;
   }
 }
 

@@ -18,6 +18,15 @@
 void loom_cpu_load_f32(const void *src, loom_dtype dt, int64_t stride, int64_t n, float *dst);
 /* dst[j * stride] = convert(src[j]) for j < n (round to nearest even). */
 void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, const float *src);
+/* The contiguous-run forms of the two above for one float dtype (f32, f16
+ * or bf16; NULL for others), resolved once under the current instruction
+ * set, for kernels that convert many short runs (the GEMM's packing): the
+ * same results without the per-call dispatch. Resolve per operation, not
+ * per process: LOOM_CPU_ISA may change between calls. */
+typedef void (*loom_cpu_widen_fn)(const void *src, float *dst, int64_t n);
+typedef void (*loom_cpu_round_fn)(const float *src, void *dst, int64_t n);
+loom_cpu_widen_fn loom_cpu_widen_fn_for(loom_dtype dt);
+loom_cpu_round_fn loom_cpu_round_fn_for(loom_dtype dt);
 /* Whether the f16 runs above use F16C (the CPU has it and the instruction
  * set is avx2 or wider): kernels that convert f16 themselves ask here. */
 bool loom_cpu_f16c(void);

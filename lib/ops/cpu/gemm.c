@@ -218,6 +218,10 @@ typedef struct gemm_args {
      KC slice (gemm_run checks), so a tile is final when the kernel ends. */
   void *C16;
   loom_dtype cdt;
+  /* adt's / bdt's run widening, resolved once per call (gemm_run): the
+     packing widens many short runs. */
+  loom_cpu_widen_fn wa, wb;
+  bool c16_avx2; /* the 16-bit C's tiles round through loom_gemm_store16_avx2 */
 } gemm_args;
 
 /* n elements of p (dtype dt) from element index i on, as f32 into d: exact
@@ -226,6 +230,15 @@ static inline void widen(const void *p, loom_dtype dt, int64_t i, int64_t n, flo
 {
   if (dt == LOOM_F32) memcpy(d, (const float *)p + i, (size_t)n * sizeof(float));
   else loom_cpu_load_f32((const uint16_t *)p + i, dt, 1, n, d);
+}
+/* The same for 16-bit A / B through the converter resolved for this call. */
+static inline void widen_a(const gemm_args *g, int64_t i, int64_t n, float *restrict d)
+{
+  g->wa((const uint16_t *)g->A + i, d, n);
+}
+static inline void widen_b(const gemm_args *g, int64_t i, int64_t n, float *restrict d)
+{
+  g->wb((const uint16_t *)g->B + i, d, n);
 }
 static inline float elem(const void *p, loom_dtype dt, int64_t i)
 {
@@ -269,7 +282,7 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
        one call per MR values), then split it over the slivers. */
     float run[MAX_MC];
     for (int64_t k = 0; k < kc; k++) {
-      widen(g->A, g->adt, (k0 + k) * g->lda + i0, m, run);
+      widen_a(g, (k0 + k) * g->lda + i0, m, run);
       for (int64_t s = 0; s < m; s += mr) {
         const int64_t rows = m - s < mr ? m - s : mr;
         float *d = dst + (s / mr) * (int64_t)mr * kc + k * mr;
@@ -293,7 +306,7 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
         if (f32) {
           src[r] = (const float *)g->A + at;
         } else {
-          widen(g->A, g->adt, at, kc, wide + r * kc);
+          widen_a(g, at, kc, wide + r * kc);
           src[r] = wide + r * kc;
         }
       }
@@ -313,7 +326,7 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
           const float *src = (const float *)g->A + at;
           for (; r < rows; r++) d[r] = src[r];
         } else {
-          widen(g->A, g->adt, at, rows, d);
+          widen_a(g, at, rows, d);
           r = rows;
         }
         for (; r < mr; r++) d[r] = 0.0f;
@@ -344,7 +357,7 @@ static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, in
         memcpy(d, (const float *)g->B + at, (size_t)n * sizeof(float));
         c = n;
       } else {
-        widen(g->B, g->bdt, at, n, d);
+        widen_b(g, at, n, d);
         c = n;
       }
       for (; c < nr; c++) d[c] = 0.0f;
@@ -371,7 +384,7 @@ static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, in
         const int64_t at = (j0 + c) * g->ldb + k0;
         const float *src = (const float *)g->B + at;
         if (!f32) {
-          widen(g->B, g->bdt, at + kb, ke - kb, wide);
+          widen_b(g, at + kb, ke - kb, wide);
           src = wide - kb;
         }
         for (int64_t k = kb; k < ke; k++) dst[k * nr + c] = src[k];
@@ -403,7 +416,7 @@ static void pack_b_range(const gemm_args *g, int nr, int64_t k0, int64_t kc, int
     const int64_t at = (k0 + k) * g->ldb + jc;
     const float *src = (const float *)g->B + at;
     if (g->bdt != LOOM_F32) {
-      widen(g->B, g->bdt, at + j_lo, j_hi - j_lo, wide);
+      widen_b(g, at + j_lo, j_hi - j_lo, wide);
       src = wide - j_lo;
     }
     for (int64_t s = s_lo; s < s_hi; s++) {
@@ -481,7 +494,12 @@ static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const 
           const bool full = rows == mr && cols == nr;
           kn->ukr(kc, a, b, tmp, nr, full ? g->alpha : 1.0f, 0.0f);
           if (!full) merge_edge(tmp, nr, tmp, nr, rows, cols, g->alpha, 0.0f);
-          loom_gemm_store16(tmp, nr, rows, cols, (char *)g->C16 + ((ic + ir) * g->ldc + j) * 2, g->ldc, g->cdt);
+          void *c16 = (char *)g->C16 + ((ic + ir) * g->ldc + j) * 2;
+#if defined(__x86_64__)
+          if (g->c16_avx2) loom_gemm_store16_avx2(tmp, nr, rows, cols, c16, g->ldc, g->cdt == LOOM_F16);
+          else
+#endif
+            loom_gemm_store16(tmp, nr, rows, cols, c16, g->ldc, g->cdt);
           continue;
         }
         float *c = g->C + (ic + ir) * g->ldc + j;
@@ -628,7 +646,9 @@ static float *widened_copy(const void *p, loom_dtype dt, int64_t rows, int64_t c
 
 static void gemm_run(const gemm_args *gp)
 {
-  const gemm_args g = *gp;
+  gemm_args g = *gp;
+  g.wa = loom_cpu_widen_fn_for(g.adt);
+  g.wb = loom_cpu_widen_fn_for(g.bdt);
   if (g.M <= 0 || g.N <= 0) return;
   /* Nothing to multiply: only the beta part, never touching A or B (which
      may be NULL or have degenerate leading dims when K == 0). */
@@ -668,8 +688,9 @@ static void gemm_run(const gemm_args *gp)
 void loom_cpu_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, LOOM_F32, LOOM_F32, NULL,
-                       LOOM_F32};
+  const gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                       .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc, .adt = LOOM_F32,
+                       .bdt = LOOM_F32, .cdt = LOOM_F32};
   gemm_run(&g);
 }
 
@@ -677,7 +698,9 @@ void loom_cpu_sgemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           loom_dtype a_dt, int64_t lda, const void *B, loom_dtype b_dt, int64_t ldb, float beta,
                           float *C, int64_t ldc)
 {
-  const gemm_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, B, C, lda, ldb, ldc, a_dt, b_dt, NULL, LOOM_F32};
+  const gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                       .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc, .adt = a_dt, .bdt = b_dt,
+                       .cdt = LOOM_F32};
   gemm_run(&g);
 }
 
@@ -686,7 +709,12 @@ bool loom_cpu_sgemm_widen_to16(bool trans_a, bool trans_b, int64_t M, int64_t N,
                                int64_t ldb, void *C, loom_dtype c_dt, int64_t ldc)
 {
   if (M <= 0 || N <= 0) return true;
-  gemm_args g = {trans_a, trans_b, M, N, K, alpha, 0.0f, A, B, NULL, lda, ldb, ldc, a_dt, b_dt, C, c_dt};
+  gemm_args g = {.ta = trans_a, .tb = trans_b, .M = M, .N = N, .K = K, .alpha = alpha, .beta = 0.0f,
+                 .A = A, .B = B, .lda = lda, .ldb = ldb, .ldc = ldc, .adt = a_dt, .bdt = b_dt, .C16 = C,
+                 .cdt = c_dt, .wa = loom_cpu_widen_fn_for(a_dt), .wb = loom_cpu_widen_fn_for(b_dt)};
+#if defined(__x86_64__)
+  g.c16_avx2 = loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2 && (c_dt == LOOM_BF16 || loom_cpu_f16c());
+#endif
   const loom_gemm_kernel *kn = current_kernel();
   bool builtin = true;
 #ifdef LOOM_HAVE_CBLAS

@@ -11,6 +11,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "ops/cpu/bf16_simd.h"
 #include <string.h>
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -166,17 +168,6 @@ BF16_TARGET void loom_gemm_bf16_pack_a(bool at, const uint16_t *A, int64_t lda, 
 }
 
 /* ---- epilogue ----------------------------------------------------------------- */
-/* f32 -> bf16 bits, round to nearest even, NaN -> 0x7fff: loom_f32_to_bf16 in
- * 16 lanes (not vcvtneps2bf16, which flushes subnormal inputs to zero). */
-BF16_TARGET static inline __m256i round_bf16(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fff));
-  return _mm512_cvtepi32_epi16(r);
-}
 
 BF16_TARGET void loom_gemm_bf16_epilogue(const float *t, int64_t ldt, int64_t rows, int64_t cols, int64_t i, int64_t j,
                                          const loom_gemm_bf16_out *out) {
@@ -189,7 +180,7 @@ BF16_TARGET void loom_gemm_bf16_epilogue(const float *t, int64_t ldt, int64_t ro
       __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, t + r * ldt + h), bias);
       if (out->relu) v = _mm512_max_ps(v, zero); /* NaN -> 0, as v > 0 ? v : 0 */
       if (out->c) _mm512_mask_storeu_ps(out->c + (i + r) * out->ldc + j + h, m, v);
-      if (out->y) _mm256_mask_storeu_epi16(out->y + (i + r) * out->ldy + j + h, m, round_bf16(v));
+      if (out->y) _mm256_mask_storeu_epi16(out->y + (i + r) * out->ldy + j + h, m, loom_bf16x16_avx512(v));
     }
   }
 }

@@ -13,6 +13,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "ops/cpu/bf16_simd.h"
+
 /* ---- AVX2 + FMA: 6 x 16 tile = 12 ymm accumulators (+2 for B, 1 for A). */
 __attribute__((target("avx2,fma")))
 void loom_gemm_ukr_avx2_6x16(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
@@ -201,16 +203,6 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_pack_bt16_avx2(const void *B
     for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = 0.0f;
 }
 
-/* bf16 rounding of 8 floats as half.h does it (nearest even, NaN -> 0x7fff). */
-__attribute__((target("avx2"))) static inline __m128i bf16x8(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x), bias = _mm256_set1_epi32(0x7fff);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), 16);
-  const __m256i nan =
-      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  r = _mm256_blendv_epi8(r, bias, nan);
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
-}
 
 __attribute__((target("avx2,f16c"))) void loom_gemm_store16_avx2(const float *t, int ldt, int64_t rows, int64_t cols,
                                                                 void *dst, int64_t ldd, bool is_f16) {
@@ -220,7 +212,7 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_store16_avx2(const float *t,
     int64_t j = 0;
     for (; j + 8 <= cols; j += 8) {
       const __m256 x = _mm256_loadu_ps(s + j);
-      _mm_storeu_si128((__m128i *)(d + j), is_f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : bf16x8(x));
+      _mm_storeu_si128((__m128i *)(d + j), is_f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : loom_bf16x8_avx2(x));
     }
     for (; j < cols; j++) d[j] = is_f16 ? loom_half_from_f32(s[j]) : loom_bfloat_from_f32(s[j]);
   }

@@ -93,9 +93,24 @@ static float *out_f32(loom_tensor *o, int64_t n) {
   return scratch((size_t)n * sizeof(float));
 }
 
+/* Rounds in chunks over the threads: a serial pass here kept the other
+ * thread waiting at the next parallel region. */
+#define ROUND_CHUNK 8192
 static void out_done(loom_tensor *o, float *p, int64_t n) {
   if (p == loom_tensor_ptr(o)) return;
-  loom_cpu_store_f32(loom_tensor_ptr(o), o->dtype, 1, n, p);
+  loom_cpu_round_fn round = loom_cpu_round_fn_for(o->dtype);
+  if (!round || o->dtype == LOOM_F32) {
+    loom_cpu_store_f32(loom_tensor_ptr(o), o->dtype, 1, n, p);
+    scratch_free(p);
+    return;
+  }
+  uint16_t *d = loom_tensor_ptr(o);
+  const int64_t nch = (n + ROUND_CHUNK - 1) / ROUND_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= LOOM_CPU_PAR_MIN)
+  for (int64_t c = 0; c < nch; c++) {
+    const int64_t j0 = c * ROUND_CHUNK, m = n - j0 < ROUND_CHUNK ? n - j0 : ROUND_CHUNK;
+    round(p + j0, d + j0, m);
+  }
   scratch_free(p);
 }
 
@@ -113,6 +128,9 @@ loom_status loom_cpu_linear(loom_op_args *a) {
   if (st == LOOM_OK && bias) st = as_f32(bias, &fb);
   float *py = st == LOOM_OK ? out_f32(y, M * N) : NULL;
   if (st == LOOM_OK && !py) st = loom_set_error(LOOM_ERR_OOM, "linear: out of host memory");
+  /* A 16-bit y: py is f32 scratch, rounded into y row by row below. */
+  loom_cpu_round_fn round =
+      y->dtype == LOOM_F16 || y->dtype == LOOM_BF16 ? loom_cpu_round_fn_for(y->dtype) : NULL;
   if (st == LOOM_OK) {
     int64_t rb = N > 0 ? ROW_BLOCK_BYTES / ((int64_t)sizeof(float) * N) : M;
     if (rb < ROW_BLOCK_MIN) rb = ROW_BLOCK_MIN;
@@ -120,7 +138,9 @@ loom_status loom_cpu_linear(loom_op_args *a) {
       int64_t mb = M - r0 < rb ? M - r0 : rb;
       float *yb = py + r0 * N;
       loom_cpu_sgemm_widen(false, true, mb, N, K, 1.0f, at(&fx, r0 * K), fx.dt, K, fw.p, fw.dt, K, 0.0f, yb, N);
-      if (fb.p || act == LOOM_ACT_RELU) {
+      /* Bias, ReLU and (16-bit y) the rounding in one pass per row, while
+         the row is in cache: the same values as separate passes. */
+      if (fb.p || act == LOOM_ACT_RELU || round) {
         const float *bp = fb.p;
 #pragma omp parallel for schedule(static) if (mb * N >= LOOM_CPU_PAR_MIN)
         for (int64_t i = 0; i < mb; i++) {
@@ -129,17 +149,49 @@ loom_status loom_cpu_linear(loom_op_args *a) {
             for (int64_t j = 0; j < N; j++) { float v = row[j] + bp[j]; row[j] = v > 0.0f ? v : 0.0f; }
           else if (bp)
             for (int64_t j = 0; j < N; j++) row[j] += bp[j];
-          else
+          else if (act == LOOM_ACT_RELU)
             for (int64_t j = 0; j < N; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+          if (round) round(row, (uint16_t *)loom_tensor_ptr(y) + (r0 + i) * N, N);
         }
       }
     }
-    out_done(y, py, M * N);
+    if (round) scratch_free(py);
+    else out_done(y, py, M * N);
   }
   operand_free(&fx);
   operand_free(&fw);
   operand_free(&fb);
   return st;
+}
+
+/* z[j] = 0 where !(y[j] > 0), on 16-bit bits: y - 1 (as u16) < top. */
+static void relu_mask16_scalar(uint16_t *z, const uint16_t *y, int64_t n, uint16_t top) {
+  for (int64_t j = 0; j < n; j++) z[j] = (uint16_t)(y[j] - 1u) < top ? z[j] : 0;
+}
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static void relu_mask16_avx2(uint16_t *z, const uint16_t *y, int64_t n,
+                                                              uint16_t top) {
+  const __m256i one = _mm256_set1_epi16(1), lim = _mm256_set1_epi16((short)(top - 1));
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m256i v = _mm256_sub_epi16(_mm256_loadu_si256((const __m256i *)(y + j)), one);
+    const __m256i keep = _mm256_cmpeq_epi16(_mm256_min_epu16(v, lim), v); /* v <= top - 1 */
+    const __m256i zv = _mm256_loadu_si256((const __m256i *)(z + j));
+    _mm256_storeu_si256((__m256i *)(z + j), _mm256_and_si256(zv, keep));
+  }
+  relu_mask16_scalar(z + j, y + j, n - j, top);
+}
+#endif
+static void relu_mask16(uint16_t *z, const uint16_t *y, int64_t n, uint16_t top, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) {
+    relu_mask16_avx2(z, y, n, top);
+    return;
+  }
+#endif
+  (void)avx2;
+  relu_mask16_scalar(z, y, n, top);
 }
 
 loom_status loom_cpu_linear_backward(loom_op_args *a) {
@@ -187,6 +239,7 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
     int64_t chunk = 256, nch = (N + chunk - 1) / chunk;
     const operand *yo = relu ? &fy : NULL, *zo = &dz;
     const size_t zs = loom_dtype_size(dz.dt);
+    const bool avx2 = loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2;
 #pragma omp parallel for schedule(static) if (M * N >= LOOM_CPU_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
       int64_t j0 = c * chunk, m = N - j0 < chunk ? N - j0 : chunk;
@@ -196,19 +249,20 @@ loom_status loom_cpu_linear_backward(loom_op_args *a) {
       for (int64_t i = 0; i < M; i++) {
         char *zrow = (char *)zo->p + (size_t)(i * N + j0) * zs;
         float *row = zo->dt == LOOM_F32 ? (float *)zrow : zw;
-        if (zo->dt != LOOM_F32) loom_cpu_load_f32(zrow, zo->dt, 1, m, zw);
-        if (yo && yo->dt != LOOM_F32 && zo->dt != LOOM_F32) {
+        const bool both16 = yo && yo->dt != LOOM_F32 && zo->dt != LOOM_F32;
+        if (both16) {
           /* y > 0 on the bits: positive and at most +inf (0x7c00 f16,
            * 0x7f80 bf16), as the widened comparison; 16-bit zero bits are
-           * +0, as the f32 mask writes. */
+           * +0, as the f32 mask writes. Masked before widening (a loop on
+           * 16-bit lanes that vectorizes): the same values. */
           const uint16_t *y16 = (const uint16_t *)yo->p + i * N + j0;
           const uint16_t top = yo->dt == LOOM_F16 ? 0x7c00 : 0x7f80;
           uint16_t *z16 = (uint16_t *)zrow;
-          for (int64_t j = 0; j < m; j++) {
-            const bool keep = (uint16_t)(y16[j] - 1u) < top;
-            z16[j] = keep ? z16[j] : 0;
-            row[j] = keep ? row[j] : 0.0f;
-          }
+          relu_mask16(z16, y16, m, top, avx2);
+        }
+        if (zo->dt != LOOM_F32) loom_cpu_load_f32(zrow, zo->dt, 1, m, zw);
+        if (both16) {
+          /* masked above */
         } else if (yo) {
           const float *yr = loom_cpu_span_f32(yo->p, yo->dt, i * N + j0, m, yw);
           if (zo->dt == LOOM_F32) {
