@@ -269,10 +269,11 @@ static void opt_same(const opt_state *a, const opt_state *b, const char *what) {
 }
 
 /* Three steps of AdamW then SGD (momentum, nesterov, first step) on s. */
-static void opt_run(opt_state *s, loom_dtype lowp_dt, bool with_lowp) {
+static void opt_run16(opt_state *s, loom_dtype lowp_dt, bool with_lowp, const uint16_t **g16, loom_dtype g16_dt) {
   int64_t numel[NPAR];
   for (int i = 0; i < NPAR; i++) numel[i] = PSIZE[i];
-  loom_param_group g = {NPAR, s->p, (const float **)s->g, s->m, s->v, with_lowp ? s->lowp : NULL, lowp_dt, numel};
+  loom_param_group g = {NPAR,    s->p,  (const float **)s->g, s->m, s->v, with_lowp ? s->lowp : NULL, lowp_dt,
+                        numel,   g16,   g16_dt};
   for (int t = 1; t <= 3; t++) {
     loom_adamw_hparams h = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f - powf(0.9f, (float)t),
                             1.0f - powf(0.999f, (float)t)};
@@ -286,6 +287,7 @@ static void opt_run(opt_state *s, loom_dtype lowp_dt, bool with_lowp) {
   loom_sgd_hparams h = {0.05f, 0.0f, 0.0f, 1e-3f, 0, 0};
   cr_assert_eq(loom_cpu_sgd_step(&g, &h), LOOM_OK);
 }
+static void opt_run(opt_state *s, loom_dtype lowp_dt, bool with_lowp) { opt_run16(s, lowp_dt, with_lowp, NULL, LOOM_F32); }
 
 Test(cpu_lowp, optimizer_avx2_matches_scalar) {
   if (!loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) cr_skip_test("no AVX2: nothing to compare");
@@ -301,6 +303,48 @@ Test(cpu_lowp, optimizer_avx2_matches_scalar) {
     opt_same(&a, &b, d == 0 ? "f16 copy" : d == 1 ? "bf16 copy" : "no copy");
     opt_free(&a), opt_free(&b);
   }
+}
+
+/* The mixed-precision step's deferred gradients (optim_kernels.h grad16):
+ * each update block widens its part of the 16-bit gradient into the f32
+ * one first. Against the gradients widened beforehand by the unscale pass
+ * at scale 1 (what the step did before): the same gradients, parameters,
+ * moments and copies, bit for bit — non-finite gradients included (a
+ * signalling NaN comes out quieted, as the pass's multiply makes it). */
+static void grad16_case(const char *isa) {
+  const loom_dtype dts[2] = {LOOM_F16, LOOM_BF16};
+  for (int d = 0; d < 2; d++) {
+    opt_state a, b;
+    opt_init(&a, 7 + d), opt_init(&b, 7 + d);
+    uint16_t *g16[NPAR];
+    for (int i = 0; i < NPAR; i++) {
+      const int64_t n = PSIZE[i];
+      g16[i] = malloc((size_t)n * 2);
+      cr_assert(g16[i]);
+      loom_cpu_store_f32(g16[i], dts[d], 1, n, a.g[i]);
+      if (n > 40) {
+        g16[i][n / 3] = dts[d] == LOOM_BF16 ? 0x7f81 : 0x7c01; /* signalling NaN, vector body */
+        g16[i][n - 2] = dts[d] == LOOM_BF16 ? 0xff80 : 0xfc00; /* -inf, tail */
+      }
+      const loom_amp_unscale_item it = {g16[i], a.g[i], n, (int32_t)dts[d], 0};
+      cr_assert_eq(loom_cpu_amp_unscale(&it, 1, 1.0f, NULL), LOOM_OK);
+      for (int64_t j = 0; j < n; j++) b.g[i][j] = -12345.0f; /* must be overwritten */
+    }
+    cr_assert_eq(loom_set_cpu_isa(isa), LOOM_OK);
+    opt_run(&a, dts[d], true);
+    opt_run16(&b, dts[d], true, (const uint16_t **)g16, dts[d]);
+    loom_set_cpu_isa(NULL);
+    opt_same(&a, &b, dts[d] == LOOM_F16 ? "f16 gradients" : "bf16 gradients");
+    for (int i = 0; i < NPAR; i++) {
+      cr_assert(!memcmp(a.g[i], b.g[i], (size_t)PSIZE[i] * 4), "%s: gradient %d differs", isa, i);
+      free(g16[i]);
+    }
+    opt_free(&a), opt_free(&b);
+  }
+}
+Test(cpu_lowp, optimizer_deferred_grad16_matches_unscaled) {
+  grad16_case("scalar");
+  if (loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) grad16_case("avx2");
 }
 
 Test(cpu_lowp, unscale_avx2_matches_scalar) {

@@ -46,6 +46,21 @@ loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_
 loom_status loom_amp_unscale_grads_device(loom_tensor *const *params, int n, const float *inv_dev, int32_t *found_dev,
                                           struct loom_dev_table **table);
 #endif
+/* The CPU optimizer's form of loom_amp_unscale_grads(params, n, 1, false,
+ * NULL, NULL): where a master without a gradient gets it from its copy's
+ * dense 16-bit gradient, the master's f32 gradient is allocated but left
+ * unwritten, defer[i] (n entries) pointing at the copy's gradient (all of
+ * one dtype, *defer_dt; LOOM_F32 when none), which stays alive: the update
+ * widens it block by block while the block is in cache (optim_kernels.h,
+ * grad16) instead of a separate pass through memory. The other entries
+ * are NULL and handled as loom_amp_unscale_grads does. On failure nothing
+ * is left deferred. */
+loom_status loom_amp_unscale_grads_deferred(loom_tensor *const *params, int n, const uint16_t **defer,
+                                            loom_dtype *defer_dt);
+/* After the update: drop the deferred copies' gradients (consumed), having
+ * first widened them into the masters' gradients when widen (an update
+ * that did not run). Clears defer. */
+void loom_amp_deferred_finish(loom_tensor *const *params, int n, const uint16_t **defer, loom_dtype dt, bool widen);
 /* Drop the gradients of the copies of params (optimizer zero_grad). */
 void loom_amp_zero_copy_grads(loom_tensor *const *params, int n);
 

@@ -20,7 +20,8 @@ static loom_tensor *dense(loom_tensor *g) { return loom_tensor_is_contiguous(g) 
 /* The pass, wherever its scale and verdict live: inv_scale / *bad on the
  * host, or (CUDA) *inv_dev / *found_dev on the device (then nothing waits). */
 static loom_status unscale_pass(loom_tensor *const *params, int n, float inv_scale, const float *inv_dev, bool check,
-                                int32_t *found_dev, int *bad, struct loom_dev_table **table) {
+                                int32_t *found_dev, int *bad, struct loom_dev_table **table, const uint16_t **defer,
+                                loom_dtype *defer_dt) {
   if (n <= 0) return LOOM_OK;
   loom_amp_unscale_item *items = loom_sys_malloc((size_t)n * sizeof *items);
   if (!items) return loom_set_error(LOOM_ERR_OOM, "amp unscale: out of host memory for %d gradients", n);
@@ -33,7 +34,16 @@ static loom_status unscale_pass(loom_tensor *const *params, int n, float inv_sca
     loom_tensor *p = params[i];
     loom_tensor *c = loom_amp_copy_of(p);
     int64_t numel = loom_shape_numel(p->ndim, p->shape);
-    if (c && c->grad) {
+    if (defer) defer[i] = NULL;
+    if (c && c->grad && defer && !p->grad && dev.kind == LOOM_CPU && loom_tensor_is_contiguous(c->grad) &&
+        (c->grad->dtype == LOOM_F16 || c->grad->dtype == LOOM_BF16) &&
+        (*defer_dt == LOOM_F32 || *defer_dt == c->grad->dtype) && loom_device_eq(p->storage->device, dev)) {
+      /* Left for the caller's update to widen, block by block. */
+      p->grad = loom_tensor_alloc_raw(p->ndim, p->shape, LOOM_F32, p->storage->device);
+      if (!p->grad) { st = loom_last_status(); break; }
+      defer[i] = loom_tensor_ptr(c->grad);
+      *defer_dt = c->grad->dtype;
+    } else if (c && c->grad) {
       loom_tensor *src = dense(c->grad);
       if (!src) { st = loom_last_status(); break; }
       bool acc = p->grad != NULL;
@@ -84,16 +94,37 @@ static loom_status unscale_pass(loom_tensor *const *params, int n, float inv_sca
    * call (or the optimizer's own gather) does not count them twice. */
   for (int i = 0; i < n; i++) {
     loom_tensor *c = loom_amp_copy_of(params[i]);
-    if (c && c->grad) loom_zero_grad(c);
+    if (c && c->grad && !(defer && defer[i])) loom_zero_grad(c);
   }
   return LOOM_OK;
+}
+
+loom_status loom_amp_unscale_grads_deferred(loom_tensor *const *params, int n, const uint16_t **defer,
+                                            loom_dtype *defer_dt) {
+  int bad = 0;
+  *defer_dt = LOOM_F32;
+  loom_status st = unscale_pass(params, n, 1.0f, NULL, false, NULL, &bad, NULL, defer, defer_dt);
+  if (st != LOOM_OK) loom_amp_deferred_finish(params, n, defer, *defer_dt, true);
+  return st;
+}
+
+void loom_amp_deferred_finish(loom_tensor *const *params, int n, const uint16_t **defer, loom_dtype dt, bool widen) {
+  for (int i = 0; i < n; i++) {
+    if (!defer[i]) continue;
+    loom_tensor *p = params[i];
+    if (widen && p->grad)
+      loom_cpu_amp_widen_grad(defer[i], dt, loom_tensor_ptr(p->grad), loom_shape_numel(p->ndim, p->shape));
+    loom_tensor *c = loom_amp_copy_of(p);
+    if (c && c->grad) loom_zero_grad(c);
+    defer[i] = NULL;
+  }
 }
 
 loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_scale, bool check, bool *found_inf,
                                    struct loom_dev_table **table) {
   if (found_inf) *found_inf = false;
   int bad = 0;
-  LOOM_TRY(unscale_pass(params, n, inv_scale, NULL, check, NULL, &bad, table));
+  LOOM_TRY(unscale_pass(params, n, inv_scale, NULL, check, NULL, &bad, table, NULL, NULL));
   if (found_inf) *found_inf = bad != 0;
   return LOOM_OK;
 }
@@ -102,7 +133,7 @@ loom_status loom_amp_unscale_grads(loom_tensor *const *params, int n, float inv_
 loom_status loom_amp_unscale_grads_device(loom_tensor *const *params, int n, const float *inv_dev, int32_t *found_dev,
                                           struct loom_dev_table **table) {
   int bad = 0;
-  return unscale_pass(params, n, 1.0f, inv_dev, true, found_dev, &bad, table);
+  return unscale_pass(params, n, 1.0f, inv_dev, true, found_dev, &bad, table, NULL, NULL);
 }
 #endif
 

@@ -7,6 +7,7 @@
  * multiply and add per element; compiled without contraction: the same
  * bits). */
 #include <math.h>
+#include <string.h>
 #include <omp.h>
 
 #include "amp/amp_internal.h"
@@ -57,6 +58,27 @@ static int unscale_run(const float *s, float *d, int64_t n, float inv, bool acc,
 }
 #endif
 
+/* Whether elements [j0, j1) of a 16-bit run are all finite (exponent
+ * bits not all set). A max over the masked exponents: it vectorizes. */
+static bool all_finite16(const void *src, int32_t dt, int64_t j0, int64_t j1) {
+  const uint16_t *h = (const uint16_t *)src + j0;
+  const int64_t n = j1 - j0;
+  const uint16_t m = dt == LOOM_F16 ? 0x7c00 : 0x7f80;
+  /* Four lanes per 64-bit word: x's lane is 0 exactly where the exponent
+   * is all ones; m leaves bit 15 clear, so the zero-lane test is exact. */
+  const uint64_t M = m * 0x0001000100010001ull, lo = 0x0001000100010001ull, hi = 0x8000800080008000ull;
+  uint64_t any = 0;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    uint64_t w;
+    memcpy(&w, h + j, sizeof w);
+    const uint64_t x = (w & M) ^ M;
+    any |= (x - lo) & ~x & hi;
+  }
+  for (; j < n; j++) any |= (h[j] & m) == m;
+  return any == 0;
+}
+
 /* Returns nonzero if a non-finite value was written. */
 static int run_chunk(const loom_amp_unscale_item *it, int64_t j0, int64_t j1, float inv) {
   int bad = 0;
@@ -64,6 +86,11 @@ static int run_chunk(const loom_amp_unscale_item *it, int64_t j0, int64_t j1, fl
   if (it->src_dtype == LOOM_F32) {
     const float *s = it->src;
     bad = unscale_run(s + j0, d + j0, j1 - j0, inv, it->accumulate, true);
+  } else if (inv == 1.0f && !it->accumulate && all_finite16(it->src, it->src_dtype, j0, j1)) {
+    /* The mixed-precision step without loss scaling (bf16): the master
+     * gradient is the copy's, widened. The same bits as the run below
+     * (x * 1 == x for finite x), in one pass. */
+    loom_cpu_widen_fn_for(it->src_dtype)((const uint16_t *)it->src + j0, d + j0, j1 - j0);
   } else {
     /* Widen runs through the CPU kernels' conversion (F16C for f16, AVX2
      * for bf16: exact, like half.h), then the f32 run. */
@@ -76,6 +103,11 @@ static int run_chunk(const loom_amp_unscale_item *it, int64_t j0, int64_t j1, fl
     }
   }
   return bad;
+}
+
+void loom_cpu_amp_widen_grad(const uint16_t *src, loom_dtype dt, float *dst, int64_t n) {
+  const loom_amp_unscale_item it = {src, dst, n, (int32_t)dt, 0};
+  (void)run_chunk(&it, 0, n, 1.0f);
 }
 
 loom_status loom_cpu_amp_unscale(const loom_amp_unscale_item *items, int n, float inv_scale, int *found_inf) {

@@ -21,6 +21,10 @@ typedef struct loom_amp_unscale_item {
   int32_t accumulate;   /* dst += src * inv instead of dst = src * inv */
 } loom_amp_unscale_item;
 
+/* dst[j] = src[j] widened (f16/bf16 -> f32) for j < n: what
+ * loom_cpu_amp_unscale writes for such an item at inv_scale 1 without
+ * accumulation, bit for bit (a non-finite run takes the same multiply). */
+void loom_cpu_amp_widen_grad(const uint16_t *src, loom_dtype dt, float *dst, int64_t n);
 /* *found_inf = 1 if any written value is not finite (else left as is). */
 loom_status loom_cpu_amp_unscale(const loom_amp_unscale_item *items, int n, float inv_scale, int *found_inf);
 #if defined(LOOM_HAVE_CUDA)

@@ -33,6 +33,8 @@ static loom_status reserve_scratch(loom_fused_optimizer *f, int need) {
   GROW(gp);
   GROW(numel);
   GROW(lowp);
+  GROW(g16);
+  GROW(g16all);
   GROW(idx);
   GROW(grp);
 #undef GROW
@@ -94,6 +96,8 @@ void loom_fused_free(loom_optimizer *o) {
   loom_sys_free(f->scratch.gp);
   loom_sys_free(f->scratch.numel);
   loom_sys_free(f->scratch.lowp);
+  loom_sys_free((void *)f->scratch.g16);
+  loom_sys_free((void *)f->scratch.g16all);
   loom_sys_free(f->scratch.idx);
   loom_sys_free(f->scratch.grp);
 #ifdef LOOM_HAVE_CUDA
@@ -131,6 +135,8 @@ static loom_status fill_group(loom_optimizer *o, loom_param_group *g, float **pp
   g->buf2 = b2;
   g->numel = numel;
   g->lowp = NULL;
+  g->grad16 = NULL;
+  g->grad16_dtype = LOOM_F32;
   return LOOM_OK;
 }
 
@@ -213,9 +219,10 @@ static loom_status step_by_count(loom_fused_optimizer *f, loom_param_group *g, c
   float **pp = loom_sys_malloc(ptrs), **b1 = loom_sys_malloc(ptrs), **b2 = loom_sys_malloc(ptrs);
   const float **gp = loom_sys_malloc(ptrs);
   uint16_t **lp = loom_sys_malloc(ptrs);
+  const uint16_t **g16 = loom_sys_malloc(ptrs);
   int64_t *numel = loom_sys_malloc((size_t)n * sizeof *numel);
   bool *done = loom_sys_calloc((size_t)n, sizeof *done);
-  loom_status st = (pp && b1 && b2 && gp && lp && numel && done) ? LOOM_OK
+  loom_status st = (pp && b1 && b2 && gp && lp && g16 && numel && done) ? LOOM_OK
                    : loom_set_error(LOOM_ERR_OOM, "optimizer_step: out of host memory");
   for (int j0 = 0; j0 < n && st == LOOM_OK; j0++) {
     if (done[j0]) continue;
@@ -223,7 +230,7 @@ static loom_status step_by_count(loom_fused_optimizer *f, loom_param_group *g, c
     loom_param_group sub = *g;
     sub.n = 0;
     sub.param = pp, sub.grad = gp, sub.buf1 = g->buf1 ? b1 : NULL, sub.buf2 = g->buf2 ? b2 : NULL;
-    sub.lowp = g->lowp ? lp : NULL, sub.numel = numel;
+    sub.lowp = g->lowp ? lp : NULL, sub.numel = numel, sub.grad16 = g->grad16 ? g16 : NULL;
     for (int j = j0; j < n; j++) {
       if (done[j] || steps[idx[j]] != c) continue;
       pp[sub.n] = g->param[j];
@@ -231,13 +238,14 @@ static loom_status step_by_count(loom_fused_optimizer *f, loom_param_group *g, c
       if (g->buf1) b1[sub.n] = g->buf1[j];
       if (g->buf2) b2[sub.n] = g->buf2[j];
       if (g->lowp) lp[sub.n] = g->lowp[j];
+      if (g->grad16) g16[sub.n] = g->grad16[j];
       numel[sub.n] = g->numel[j];
       sub.n++;
       done[j] = true;
     }
     st = f->update->cpu(f, &sub, c, grp);
   }
-  loom_sys_free(pp), loom_sys_free(b1), loom_sys_free(b2), loom_sys_free(gp), loom_sys_free(lp), loom_sys_free(numel), loom_sys_free(done);
+  loom_sys_free(pp), loom_sys_free(b1), loom_sys_free(b2), loom_sys_free(gp), loom_sys_free(lp), loom_sys_free((void *)g16), loom_sys_free(numel), loom_sys_free(done);
   return st;
 }
 
@@ -256,10 +264,21 @@ static loom_status fused_step(loom_fused_optimizer *f, const int32_t *skip) {
   loom_param_group g;
   /* Mixed precision (lib/amp): masters whose low-precision copies got the
    * gradient receive it in f32 first; the fused step refreshes the copies. */
-  loom_status st = loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL, &f->gather_table);
+  /* On the CPU the widening of 16-bit gradients is deferred into the
+   * update's blocks (one pass through memory instead of two). */
+  loom_dtype g16dt = LOOM_F32;
+  loom_status st = on_gpu ? loom_amp_unscale_grads(o->params, o->n, 1.0f, false, NULL, &f->gather_table)
+                          : loom_amp_unscale_grads_deferred(o->params, o->n, f->scratch.g16all, &g16dt);
   if (st == LOOM_OK)
     st = fill_group(o, &g, f->scratch.pp, f->scratch.gp, f->scratch.b1, f->scratch.b2, f->scratch.numel, idx);
   if (st == LOOM_OK) st = fill_lowp(o, &g, f->scratch.lowp);
+  bool deferred = false;
+  if (!on_gpu && st == LOOM_OK && g16dt != LOOM_F32) {
+    for (int k = 0; k < g.n; k++) f->scratch.g16[k] = f->scratch.g16all[idx[k]];
+    g.grad16 = f->scratch.g16;
+    g.grad16_dtype = g16dt;
+    deferred = true;
+  }
 #ifdef LOOM_HAVE_CUDA
   if (st == LOOM_OK && on_gpu) st = cuda_step(f, &g, idx, skip);
   else
@@ -274,10 +293,14 @@ static loom_status fused_step(loom_fused_optimizer *f, const int32_t *skip) {
       sub.n = k1 - k0;
       sub.param = g.param + k0, sub.grad = g.grad + k0, sub.buf1 = g.buf1 + k0, sub.buf2 = g.buf2 + k0;
       sub.numel = g.numel + k0, sub.lowp = g.lowp ? g.lowp + k0 : NULL;
+      sub.grad16 = g.grad16 ? g.grad16 + k0 : NULL;
       st = step_by_count(f, &sub, idx + k0, grp);
       k0 = k1;
     }
   }
+  /* The deferred gradients are consumed (widened by the update; by the
+   * finish when a failure came first). */
+  if (!on_gpu && g16dt != LOOM_F32) loom_amp_deferred_finish(o->params, o->n, f->scratch.g16all, g16dt, !deferred || st != LOOM_OK);
   if (st == LOOM_OK) {
     /* A step the device may veto is counted on the device only; the host
      * copies catch up when asked (loom_optimizer_steps). */

@@ -36,6 +36,7 @@ struct loom_fused_optimizer {
     const float **gp;
     int64_t *numel;
     uint16_t **lowp;
+    const uint16_t **g16, **g16all; /* CPU: deferred 16-bit gradients, gathered / by parameter */
     int *idx;
     int *grp;  /* CUDA: the group of each gathered entry */
   } scratch;

@@ -12,6 +12,7 @@
 #include "ops/cpu/cpu_util.h"
 #include "optim/optim_cpu_x86.h"
 #include "optim/optim_kernels.h"
+#include "amp/unscale_kernels.h"
 
 /* Whether the AVX2 runs apply to group g (the lowp copy's dtype included). */
 static bool use_avx2(const loom_param_group *g) {
@@ -27,6 +28,14 @@ static bool use_avx2(const loom_param_group *g) {
 }
 
 #define LOWP_BLOCK 4096
+
+/* Widen elements [j0, j1) of parameter i's deferred 16-bit gradient (if
+ * any) into its f32 gradient, which the caller owns and may write (grad is
+ * const only to the update). */
+static void take_grad16(const loom_param_group *g, int i, int64_t j0, int64_t j1) {
+  if (!g->grad16 || !g->grad16[i]) return;
+  loom_cpu_amp_widen_grad(g->grad16[i] + j0, g->grad16_dtype, (float *)g->grad[i] + j0, j1 - j0);
+}
 
 /* Refresh elements [j0, j1) of parameter i's low-precision copy (if any),
  * through the CPU kernels' conversion (F16C for f16 where the instruction
@@ -51,6 +60,7 @@ loom_status loom_cpu_sgd_step(const loom_param_group *g, const loom_sgd_hparams 
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t blk = 0; blk < nb; blk++) {
       int64_t j0 = blk * LOWP_BLOCK, j1 = j0 + LOWP_BLOCK < n ? j0 + LOWP_BLOCK : n;
+      take_grad16(g, i, j0, j1);
 #if defined(__x86_64__)
       if (vec) {
         uint16_t *lp = g->lowp && g->lowp[i] ? g->lowp[i] + j0 : NULL;
@@ -90,6 +100,7 @@ loom_status loom_cpu_adamw_step(const loom_param_group *g, const loom_adamw_hpar
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t blk = 0; blk < nb; blk++) {
       int64_t j0 = blk * LOWP_BLOCK, j1 = j0 + LOWP_BLOCK < n ? j0 + LOWP_BLOCK : n;
+      take_grad16(g, i, j0, j1);
 #if defined(__x86_64__)
       if (vec) {
         uint16_t *lp = g->lowp && g->lowp[i] ? g->lowp[i] + j0 : NULL;

@@ -19,6 +19,12 @@ typedef struct loom_param_group {
   uint16_t **lowp;      /* NULL or per-param f16/bf16 copies (entries may be NULL) */
   loom_dtype lowp_dtype;
   const int64_t *numel;
+  /* CPU, mixed precision: NULL or per-param 16-bit gradients (entries may
+   * be NULL) of dtype grad16_dtype not yet in grad: each block first widens
+   * its part into grad (which it then reads from cache), as
+   * loom_amp_unscale_grads_deferred arranged. */
+  const uint16_t **grad16;
+  loom_dtype grad16_dtype;
 } loom_param_group;
 
 typedef struct loom_sgd_hparams {
