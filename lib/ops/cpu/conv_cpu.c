@@ -87,7 +87,8 @@ static void out_done(loom_tensor *t, float *p) {
   if (p != loom_tensor_ptr(t)) loom_sys_free(p);
 }
 
-/* The fastest path that handles g: Winograd (3x3 stride 1, NHWC, f32), depthwise kernels, the direct kernels,
+/* The fastest path that handles g: Winograd (3x3 stride 1, NHWC; f32, or f16/bf16
+ * activations widened as read), depthwise kernels, the direct kernels,
  * 1x1 GEMMs (where no direct kernel runs: they lose to the AVX-512 ones), or
  * im2col + GEMM (everything). */
 loom_conv_path loom_conv_cpu_choose(const loom_conv_geom *g) {

@@ -14,12 +14,33 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "loom/dtype.h"
 
 typedef struct loom_wg_geom {
   int64_t N, H, W, TH, TW, ntiles;  /* images N of H x W; TH x TW tiles per image */
 } loom_wg_geom;  /* tiles of 2x2 outputs (F(2x2, 3x3)) or 4x4 (F(4x4, 3x3)) */
+
+/* The tile bookkeeping every transform shares (plain C: the same for each
+ * instruction set). Tile gt (< ntiles) of T x T outputs reads the S x S
+ * window from (row, col) * T + off of its channels-last image with C
+ * channels: src[i*S + j] = element offset of pixel (i, j), -1 outside the
+ * image (padding, or past the edge). */
+static inline void loom_wg_window(const loom_wg_geom *w, int64_t gt, int T, int off, int S, int64_t C, int64_t *src) {
+  const int64_t per_img = w->TH * w->TW, n = gt / per_img, r = gt % per_img;
+  const int64_t y0 = (r / w->TW) * T + off, x0 = (r % w->TW) * T + off, img = n * w->H * w->W * C;
+  for (int i = 0; i < S; i++)
+    for (int j = 0; j < S; j++) {
+      const int64_t y = y0 + i, x = x0 + j;
+      src[i * S + j] = y >= 0 && y < w->H && x >= 0 && x < w->W ? img + (y * w->W + x) * C : -1;
+    }
+}
+/* A block's rows past the last tile: tile t of the P points of v [P][nt][C]
+ * is zero (the GEMMs then read zeros). */
+static inline void loom_wg_zero_tile(float *v, int P, int64_t nt, int64_t t, int64_t C) {
+  for (int p = 0; p < P; p++) memset(v + (p * nt + t) * C, 0, (size_t)C * sizeof(float));
+}
 
 typedef struct loom_wg_isa {
   const char *name;

@@ -47,7 +47,7 @@ static TGT void WGN(input)(const loom_wg_geom *w, const void *in, loom_dtype dt,
   for (int64_t t = 0; t < nt; t++) {
     int64_t gt = t0 + t;
     if (gt >= w->ntiles) {
-      for (int p = 0; p < 16; p++) memset(v + (p * nt + t) * cin, 0, (size_t)cin * sizeof(float));
+      loom_wg_zero_tile(v, 16, nt, t, cin);
       continue;
     }
     int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 2 - 1, x0 = (r % w->TW) * 2 - 1;
@@ -65,11 +65,7 @@ static TGT void WGN(input)(const loom_wg_geom *w, const void *in, loom_dtype dt,
       continue;
     }
     int64_t src[16]; /* element offsets; -1: padding */
-    for (int i = 0; i < 4; i++)
-      for (int j = 0; j < 4; j++) {
-        int64_t y = y0 + i, x = x0 + j;
-        src[i * 4 + j] = y >= 0 && y < w->H && x >= 0 && x < w->W ? img + (y * w->W + x) * cin : -1;
-      }
+    loom_wg_window(w, gt, 2, -1, 4, cin, src);
     for (int64_t c = 0; c < cin; c += VL) {
       V d[16], o[16];
       for (int e = 0; e < 16; e++) d[e] = src[e] >= 0 ? WG_LD(in, src[e] + c, dt) : V_ZERO();
@@ -114,20 +110,14 @@ static TGT void WGN(output)(const loom_wg_geom *w, const float *m, int64_t cout,
 /* e = A d Aᵀ, A = [1 0; 1 1; 1 -1; 0 -1]; dy past the image edge is zero. */
 static TGT void WGN(dy)(const loom_wg_geom *w, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt,
                         float *e) {
-  const int64_t per_img = w->TH * w->TW;
   for (int64_t t = 0; t < nt; t++) {
     int64_t gt = t0 + t;
     if (gt >= w->ntiles) {
-      for (int p = 0; p < 16; p++) memset(e + (p * nt + t) * K, 0, (size_t)K * sizeof(float));
+      loom_wg_zero_tile(e, 16, nt, t, K);
       continue;
     }
-    int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 2, x0 = (r % w->TW) * 2;
-    const int64_t img = n * w->H * w->W * K;
     int64_t src[4]; /* element offsets; -1: past the edge */
-    for (int q = 0; q < 4; q++) {
-      int64_t y = y0 + q / 2, x = x0 + q % 2;
-      src[q] = y < w->H && x < w->W ? img + (y * w->W + x) * K : -1;
-    }
+    loom_wg_window(w, gt, 2, 0, 2, K, src);
     for (int64_t k = 0; k < K; k += VL) {
       V d[4], s[8], o[16];
       for (int q = 0; q < 4; q++) d[q] = src[q] >= 0 ? WG_LD(dy, src[q] + k, dt) : V_ZERO();
@@ -190,21 +180,14 @@ static inline TGT void WGN(a4)(const V *x, int xs, V *y, int ys) {
 
 static TGT void WGN(input4)(const loom_wg_geom *w, const void *in, loom_dtype dt, int64_t cin, int64_t t0, int64_t nt,
                             float *v) {
-  const int64_t per_img = w->TH * w->TW;
   for (int64_t t = 0; t < nt; t++) {
     int64_t gt = t0 + t;
     if (gt >= w->ntiles) {
-      for (int p = 0; p < 36; p++) memset(v + (p * nt + t) * cin, 0, (size_t)cin * sizeof(float));
+      loom_wg_zero_tile(v, 36, nt, t, cin);
       continue;
     }
-    int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 4 - 1, x0 = (r % w->TW) * 4 - 1;
-    const int64_t img = n * w->H * w->W * cin;
     int64_t src[36]; /* element offsets; -1: padding */
-    for (int i = 0; i < 6; i++)
-      for (int j = 0; j < 6; j++) {
-        int64_t y = y0 + i, x = x0 + j;
-        src[i * 6 + j] = y >= 0 && y < w->H && x >= 0 && x < w->W ? img + (y * w->W + x) * cin : -1;
-      }
+    loom_wg_window(w, gt, 4, -1, 6, cin, src);
     for (int64_t c = 0; c < cin; c += VL) {
       V d[36], u[36], o[6];
       for (int e = 0; e < 36; e++) d[e] = src[e] >= 0 ? WG_LD(in, src[e] + c, dt) : V_ZERO();
@@ -244,20 +227,14 @@ static TGT void WGN(output4)(const loom_wg_geom *w, const float *m, int64_t cout
 
 static TGT void WGN(dy4)(const loom_wg_geom *w, const void *dy, loom_dtype dt, int64_t K, int64_t t0, int64_t nt,
                          float *e) {
-  const int64_t per_img = w->TH * w->TW;
   for (int64_t t = 0; t < nt; t++) {
     int64_t gt = t0 + t;
     if (gt >= w->ntiles) {
-      for (int p = 0; p < 36; p++) memset(e + (p * nt + t) * K, 0, (size_t)K * sizeof(float));
+      loom_wg_zero_tile(e, 36, nt, t, K);
       continue;
     }
-    int64_t n = gt / per_img, r = gt % per_img, y0 = (r / w->TW) * 4, x0 = (r % w->TW) * 4;
-    const int64_t img = n * w->H * w->W * K;
     int64_t src[16]; /* element offsets; -1: past the edge */
-    for (int q = 0; q < 16; q++) {
-      int64_t y = y0 + q / 4, x = x0 + q % 4;
-      src[q] = y < w->H && x < w->W ? img + (y * w->W + x) * K : -1;
-    }
+    loom_wg_window(w, gt, 4, 0, 4, K, src);
     for (int64_t k = 0; k < K; k += VL) {
       V d[16], s[24], o[6];
       for (int q = 0; q < 16; q++) d[q] = src[q] >= 0 ? WG_LD(dy, src[q] + k, dt) : V_ZERO();
