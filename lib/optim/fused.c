@@ -245,7 +245,8 @@ static loom_status step_by_count(loom_fused_optimizer *f, loom_param_group *g, c
     }
     st = f->update->cpu(f, &sub, c, grp);
   }
-  loom_sys_free(pp), loom_sys_free(b1), loom_sys_free(b2), loom_sys_free(gp), loom_sys_free(lp), loom_sys_free((void *)g16), loom_sys_free(numel), loom_sys_free(done);
+  loom_sys_free(pp), loom_sys_free(b1), loom_sys_free(b2), loom_sys_free(gp), loom_sys_free(lp);
+  loom_sys_free((void *)g16), loom_sys_free(numel), loom_sys_free(done);
   return st;
 }
 
@@ -300,7 +301,8 @@ static loom_status fused_step(loom_fused_optimizer *f, const int32_t *skip) {
   }
   /* The deferred gradients are consumed (widened by the update; by the
    * finish when a failure came first). */
-  if (!on_gpu && g16dt != LOOM_F32) loom_amp_deferred_finish(o->params, o->n, f->scratch.g16all, g16dt, !deferred || st != LOOM_OK);
+  if (!on_gpu && g16dt != LOOM_F32)
+    loom_amp_deferred_finish(o->params, o->n, f->scratch.g16all, g16dt, !deferred || st != LOOM_OK);
   if (st == LOOM_OK) {
     /* A step the device may veto is counted on the device only; the host
      * copies catch up when asked (loom_optimizer_steps). */
