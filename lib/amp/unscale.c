@@ -103,6 +103,8 @@ loom_status loom_amp_unscale_grads_deferred(loom_tensor *const *params, int n, c
                                             loom_dtype *defer_dt) {
   int bad = 0;
   *defer_dt = LOOM_F32;
+  /* Cleared first: the pass may stop at a failure before reaching an entry. */
+  for (int i = 0; i < n; i++) defer[i] = NULL;
   loom_status st = unscale_pass(params, n, 1.0f, NULL, false, NULL, &bad, NULL, defer, defer_dt);
   if (st != LOOM_OK) loom_amp_deferred_finish(params, n, defer, *defer_dt, true);
   return st;
