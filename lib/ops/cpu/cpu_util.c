@@ -73,12 +73,8 @@ static void f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n) { (void)s, (
 bool loom_cpu_f16c(void) { return has_f16c() != 0; }
 
 void loom_cpu_load_f32(const void *src, loom_dtype dt, int64_t stride, int64_t n, float *dst) {
-  if (dt == LOOM_F16 && stride == 1 && has_f16c()) {
-    f16_to_f32_f16c(src, dst, n);
-    return;
-  }
-  if (dt == LOOM_BF16 && stride == 1 && has_avx2()) {
-    bf16_to_f32_avx2(src, dst, n);
+  if (stride == 1 && (dt == LOOM_F16 || dt == LOOM_BF16)) {
+    loom_cpu_widen_fn_for(dt)(src, dst, n);
     return;
   }
   switch (dt) {
@@ -97,12 +93,8 @@ void loom_cpu_load_f32(const void *src, loom_dtype dt, int64_t stride, int64_t n
 }
 
 void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, const float *src) {
-  if (dt == LOOM_F16 && stride == 1 && has_f16c()) {
-    f32_to_f16_f16c(src, dst, n);
-    return;
-  }
-  if (dt == LOOM_BF16 && stride == 1 && has_avx2()) {
-    f32_to_bf16_avx2(src, dst, n);
+  if (stride == 1 && (dt == LOOM_F16 || dt == LOOM_BF16)) {
+    loom_cpu_round_fn_for(dt)(src, dst, n);
     return;
   }
   switch (dt) {
@@ -120,8 +112,8 @@ void loom_cpu_store_f32(void *dst, loom_dtype dt, int64_t stride, int64_t n, con
   }
 }
 
-/* Run converters for loom_cpu_widen_fn_for / loom_cpu_round_fn_for: the
- * choice loom_cpu_load_f32 / loom_cpu_store_f32 make per call, made once. */
+/* Run converters for loom_cpu_widen_fn_for / loom_cpu_round_fn_for (and
+ * so for loom_cpu_load_f32 / loom_cpu_store_f32's contiguous 16-bit runs). */
 static void widen_f32(const void *s, float *d, int64_t n) { memcpy(d, s, (size_t)n * sizeof(float)); }
 static void widen_f16(const void *s, float *d, int64_t n) {
   const uint16_t *h = s;

@@ -224,14 +224,8 @@ typedef struct gemm_args {
   bool c16_avx2; /* the 16-bit C's tiles round through loom_gemm_store16_avx2 */
 } gemm_args;
 
-/* n elements of p (dtype dt) from element index i on, as f32 into d: exact
-   for every dtype this GEMM takes. */
-static inline void widen(const void *p, loom_dtype dt, int64_t i, int64_t n, float *restrict d)
-{
-  if (dt == LOOM_F32) memcpy(d, (const float *)p + i, (size_t)n * sizeof(float));
-  else loom_cpu_load_f32((const uint16_t *)p + i, dt, 1, n, d);
-}
-/* The same for 16-bit A / B through the converter resolved for this call. */
+/* n elements of 16-bit A / B from element index i on, as f32 into d (exact),
+   through the converter resolved for this call. */
 static inline void widen_a(const gemm_args *g, int64_t i, int64_t n, float *restrict d)
 {
   g->wa((const uint16_t *)g->A + i, d, n);
@@ -635,11 +629,11 @@ static bool gemm_builtin(const gemm_args *g)
 /* ------------------------------------------------------------------------ */
 #ifdef LOOM_HAVE_CBLAS
 /* OpenBLAS takes f32 only: a widened, packed copy of a rows x cols operand. */
-static float *widened_copy(const void *p, loom_dtype dt, int64_t rows, int64_t cols, int64_t ld)
+static float *widened_copy(const uint16_t *p, loom_cpu_widen_fn widen, int64_t rows, int64_t cols, int64_t ld)
 {
   float *w = loom_sys_malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
   if (w)
-    for (int64_t r = 0; r < rows; r++) widen(p, dt, r * ld, cols, w + r * cols);
+    for (int64_t r = 0; r < rows; r++) widen(p + r * ld, w + r * cols, cols);
   return w;
 }
 #endif
@@ -668,11 +662,11 @@ static void gemm_run(const gemm_args *gp)
     int64_t la = g.lda, lb = g.ldb;
     if (g.adt != LOOM_F32) {
       la = g.ta ? g.M : g.K;
-      A = wa = widened_copy(g.A, g.adt, g.ta ? g.K : g.M, la, g.lda);
+      A = wa = widened_copy(g.A, g.wa, g.ta ? g.K : g.M, la, g.lda);
     }
     if (g.bdt != LOOM_F32) {
       lb = g.tb ? g.K : g.N;
-      B = wb = widened_copy(g.B, g.bdt, g.tb ? g.N : g.K, lb, g.ldb);
+      B = wb = widened_copy(g.B, g.wb, g.tb ? g.N : g.K, lb, g.ldb);
     }
     if (A && B)
       cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, (int)g.M,
@@ -728,11 +722,5 @@ bool loom_cpu_sgemm_widen_to16(bool trans_a, bool trans_b, int64_t M, int64_t N,
    matrix (leading dim ldd). */
 void loom_gemm_store16(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, loom_dtype dt)
 {
-#if defined(__x86_64__)
-  if (loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2 && (dt == LOOM_BF16 || loom_cpu_f16c())) {
-    loom_gemm_store16_avx2(t, ldt, rows, cols, dst, ldd, dt == LOOM_F16);
-    return;
-  }
-#endif
   for (int64_t i = 0; i < rows; i++) loom_cpu_store_f32((uint16_t *)dst + i * ldd, dt, 1, cols, t + i * ldt);
 }

@@ -24,7 +24,9 @@ typedef struct loom_gemm_kernel {
 
 #include "loom/dtype.h"
 /* Rows x cols of an f32 tile t (leading dim ldt) rounded to dt (f16/bf16)
- * into dst (leading dim ldd, in elements): the rounding of loom_cpu_store_f32. */
+ * into dst (leading dim ldd, in elements): the rounding of loom_cpu_store_f32.
+ * The GEMM calls it where loom_gemm_store16_avx2 does not run (it decides
+ * that once per call). */
 void loom_gemm_store16(const float *t, int ldt, int64_t rows, int64_t cols, void *dst, int64_t ldd, loom_dtype dt);
 
 #if defined(__x86_64__)
