@@ -27,11 +27,17 @@ bin="$build/examples/loom-gpt"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin" --device cpu "$@" --threads "$threads" --max-steps 0 --save "$tmp/init.safetensors" --quiet > /dev/null
+# On the CPU the twin is the better of libgomp's two wait policies in each
+# round (bench/torch_best.sh: with the default, OpenBLAS's threads and ATen's
+# spinning workers halve the twin's speed on 2 cores).
+. "$here/../torch_best.sh"
+tb="torch_best tokens_per_sec"
+case " $* " in *" --device cuda "*) tb="" ;; esac
 : > "$tmp/loom" ; : > "$tmp/torch"
 r=1
 while [ "$r" -le "$rounds" ]; do
   a=$("$bin" --device cpu "$@" --threads "$threads" --quiet | grep '^result')
-  b=$("$py" "$here/gpt_twin.py" --device cpu "$@" --threads "$threads" --init "$tmp/init.safetensors" --quiet | grep '^result')
+  b=$($tb "$py" "$here/gpt_twin.py" --device cpu "$@" --threads "$threads" --init "$tmp/init.safetensors" --quiet | grep '^result')
   echo "round $r loom:    $a"
   echo "round $r pytorch: $b"
   echo "$a" >> "$tmp/loom"; echo "$b" >> "$tmp/torch"

@@ -12,7 +12,7 @@
 #
 #   bench/mlp/run_mlp_bf16.sh [--build DIR] [--base DIR] [--no-torch] [--rounds N] [--steps N] [--threads T]
 #
-# --threads sets OMP_NUM_THREADS for both sides (default: every core).
+# --threads sets OMP_NUM_THREADS for both sides (default: nproc).
 # --base DIR: also run another build's bench_mlp_step (fp32, bf16, fp16: sides
 # base_fp32, base_bf16, base_bf16_widening, base_fp16) in the same rounds —
 # the code before a change, measured under the same load; the summary adds
@@ -21,7 +21,9 @@
 # at --threads 1 on an oversubscribed machine the wall clock mostly measures
 # the wait for the core, the CPU time what the step costs; the summary gives
 # its medians (*_cpu_ms) and the ratios of their inverses (*_cpu).
-# The anchor is the first python3 that imports torch (as run_mlp_vs_pytorch.sh).
+# The anchor is the first python3 that imports torch (as run_mlp_vs_pytorch.sh),
+# with as many OpenMP threads as loom, each side the better of libgomp's two
+# wait policies (bench/torch_best.sh says why); the round lines name the one.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$ROOT/build" BASE="" TORCH=1 ROUNDS=5 STEPS=100 BATCH=128 THREADS=""
@@ -48,7 +50,9 @@ elif ! PY=$(pick_python); then
   "$ROOT/scripts/setup.sh" python3-torch
   PY=/usr/bin/python3
 fi
-[ -n "$THREADS" ] && export OMP_NUM_THREADS="$THREADS"
+export OMP_NUM_THREADS="${THREADS:-$(nproc)}"  # torch would take 1 ATen thread on 2 cores
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"
 [ -x "$BUILD/bench/bench_mlp_step" ] || cmake --build "$BUILD" --target bench_mlp_step -j"$(nproc)"
 if ((TORCH)); then
   echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')), threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
@@ -72,15 +76,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
       loom_bf16_widening) line=$(LOOM_CPU_ISA=$WIDEN_ISA "$BUILD/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
       base_bf16_widening) line=$(LOOM_CPU_ISA=$WIDEN_ISA "$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
       base_*) line=$("$BASE/bench/bench_mlp_step" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#base_}" | grep '^bench=') ;;
-      torch_fp32) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision fp32 | grep '^bench=') ;;
-      torch_bf16) line=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision bf16 | grep '^bench=') ;;
+      torch_*) line=$(torch_best steps_per_s "$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" --precision "${s#torch_}" | grep '^bench=') ;;
     esac
     v=$(echo "$line" | field steps_per_s)
     [ -n "$v" ] || { echo "bench=mlp_bf16 skipped reason=\"$s did not report steps_per_s: $line\""; exit 0; }
     c=$(echo "$line" | field cpu_ms_per_step)
     vals[$s]="${vals[$s]:-} $v"
     [ -n "$c" ] && cpu[$s]="${cpu[$s]:-} $(awk -v c="$c" 'BEGIN{print 1000/c}')"  # steps per CPU second
-    echo "# round $r $s steps_per_s=$v cpu_ms_per_step=${c:-?}"
+    echo "# round $r $s steps_per_s=$v cpu_ms_per_step=${c:-?}$(echo "$line" | grep -o ' omp_wait_policy=[a-z]*')"
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }

@@ -8,7 +8,10 @@
 #
 # The anchor runs on the first python3 that can import torch: LOOM_PYTHON,
 # the python3 on PATH, then /usr/bin/python3 (Debian's python3-torch, installed
-# here for --device cpu when missing). Both sides use every core (torch: torch.get_num_threads()).
+# here for --device cpu when missing). On the CPU both sides get OMP_NUM_THREADS
+# threads (default: nproc; torch alone would take one ATen thread on 2 cores),
+# and the anchor is the better of libgomp's two wait policies in each round
+# (bench/torch_best.sh says why).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DEVICE=cpu BUILD="$ROOT/build" ROUNDS=3 STEPS=200 BATCH=128
@@ -41,11 +44,18 @@ fi
 echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 [ -x "$BUILD/bench/bench_mlp_step" ] || cmake --build "$BUILD" --target bench_mlp_step -j"$(nproc)"
 
+[ "$DEVICE" = cpu ] && export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 best_loom=0 best_torch=0
 for ((r = 1; r <= ROUNDS; r++)); do
   l=$("$BUILD/bench/bench_mlp_step" --device "$DEVICE" --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
-  t=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device "$DEVICE" --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
+  if [ "$DEVICE" = cpu ]; then
+    t=$(torch_best steps_per_s "$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
+  else
+    t=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device "$DEVICE" --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
+  fi
   echo "# round $r: $l"
   echo "# round $r: $t"
   lv=$(echo "$l" | field steps_per_s); tv=$(echo "$t" | field steps_per_s)

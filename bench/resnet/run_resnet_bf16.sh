@@ -52,6 +52,8 @@ echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(grep -o -w 'avx51
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 loom() { loom_of "$BUILD" "$@"; }
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"  # PyTorch's sides: the better of libgomp's wait policies
 loom_of() {
   local build="$1"
   shift
@@ -59,7 +61,7 @@ loom_of() {
     --warmup "$WARMUP" --shortcut A --device cpu --threads "$THREADS" --format nhwc --quiet "$@" | grep '^result' | tail -1
 }
 torch_step() {
-  "$PY" "$ROOT/bench/resnet/pytorch_resnet_step.py" --model resnet20 --batch "$BATCH" --steps "$STEPS" \
+  torch_best samples_per_s "$PY" "$ROOT/bench/resnet/pytorch_resnet_step.py" --model resnet20 --batch "$BATCH" --steps "$STEPS" \
     --warmup "$WARMUP" --shortcut A --device cpu --threads "$THREADS" --format nhwc "$@" | grep '^bench=' | tail -1
 }
 sides=(loom_fp32 loom_bf16 loom_bf16_widening loom_fp16)

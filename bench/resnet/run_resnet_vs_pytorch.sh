@@ -51,6 +51,7 @@ if [ "$DEVICE" = cpu ]; then
   LOOM_CASES=("--format nhwc" "LOOM_CONV_WINOGRAD=2 --format nhwc" "LOOM_CONV_WINOGRAD=0 --format nhwc" "--format nchw")
   TORCH_CASES=("--format nchw" "--format nhwc")
   LOOM_COMMON="--device cpu --threads $THREADS"
+  TORCH_RUN="torch_best samples_per_s"  # the better of libgomp's wait policies (bench/torch_best.sh)
   TORCH_COMMON="--device cpu --threads $THREADS"
 else
   PY=""
@@ -66,6 +67,9 @@ else
 fi
 [ -x "$BUILD/examples/loom-resnet" ] || cmake --build "$BUILD" --target loom-resnet -j"$(nproc)"
 
+TORCH_RUN="${TORCH_RUN:-}"
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 declare -A best
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -84,8 +88,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   done
   for c in "${TORCH_CASES[@]}"; do
     # shellcheck disable=SC2086
-    t=$("$PY" "$ROOT/bench/resnet/pytorch_resnet_step.py" --model $MODEL --size $SHAPE --batch "$BATCH" --steps "$STEPS" \
-        --warmup "$WARMUP" --shortcut A $TORCH_COMMON $c | grep '^bench=' | tail -1)
+    t=$($TORCH_RUN "$PY" "$ROOT/bench/resnet/pytorch_resnet_step.py" --model $MODEL --size $SHAPE --batch "$BATCH" \
+        --steps "$STEPS" --warmup "$WARMUP" --shortcut A $TORCH_COMMON $c | grep '^bench=' | tail -1)
     echo "# round $r torch $c: $t"
     v=$(echo "$t" | field samples_per_s)
     k="torch $c"; [ -n "$v" ] && best[$k]=$(awk -v a="${best[$k]:-0}" -v b="$v" 'BEGIN{print (b>a)?b:a}')
