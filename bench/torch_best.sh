@@ -1,7 +1,9 @@
 # torch_best.sh — sourced by the bench scripts that time PyTorch on the CPU:
 # run an anchor under both of libgomp's wait policies and keep the faster.
 #
-#   torch_best FIELD COMMAND...
+#   torch_best FIELD COMMAND...   one result: the faster run's (see below)
+#   torch_both COMMAND...         both runs' lines, each tagged with its policy,
+#                                 for runners that keep the best per op themselves
 #
 # Why: Debian's torch runs Linear/matmul through OpenBLAS, whose own
 # pthreads then compete with ATen's OpenMP workers, which spin (libgomp's
@@ -32,4 +34,11 @@ torch_best() {
   else
     printf '%s\n' "$a"
   fi
+}
+
+torch_both() {
+  local w
+  for w in active passive; do
+    OMP_WAIT_POLICY=$w "$@" | sed "s/\$/ omp_wait_policy=$w/"
+  done
 }

@@ -21,15 +21,15 @@ done
 PY=/usr/bin/python3
 "$PY" -c "import torch" 2>/dev/null || "$ROOT/scripts/setup.sh" python3-torch
 [ -x "$BUILD/bench/bench_cnn_ops" ] || cmake --build "$BUILD" --target bench_cnn_ops -j"$(nproc)"
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
   "$BUILD/bench/bench_cnn_ops" "$THREADS" 2 $FILTER | grep '^bench=' >>"$TMP/loom"
   # PyTorch under both of libgomp's wait policies; the best GB/s below keeps the
   # faster (bench/torch_best.sh says why the default alone can handicap it).
-  for w in active passive; do
-    OMP_WAIT_POLICY=$w "$PY" "$ROOT/bench/cnn_ops/pytorch_cnn_ops.py" "$THREADS" 2 $FILTER | grep '^bench=' >>"$TMP/torch"
-  done
+  torch_both "$PY" "$ROOT/bench/cnn_ops/pytorch_cnn_ops.py" "$THREADS" 2 $FILTER | grep '^bench=' >>"$TMP/torch"
 done
 # Best GB/s per key (op shape format) on each side, then the ratio.
 awk '

@@ -38,6 +38,10 @@ if [ "$DEVICE" = cpu ] && ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 [ -x "$BUILD/bench/bench_conv" ] || cmake --build "$BUILD" --target bench_conv -j"$(nproc)"
 
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"
+TORCH_RUN=""
+if [ "$DEVICE" = cpu ]; then TORCH_RUN=torch_both; fi
 OUT="$(mktemp)"
 trap 'rm -f "$OUT"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -45,11 +49,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     sed "s/^/round=$r /" >>"$OUT"
   # On the CPU, PyTorch under both of libgomp's wait policies; the joiner keeps
   # each layer's faster (bench/torch_best.sh says why the default can handicap it).
-  for w in active passive; do
-    OMP_WAIT_POLICY=$w "$PY" "$ROOT/bench/conv/pytorch_conv.py" --device "$DEVICE" --threads "$THREADS" --dataset "$DATASET" \
-      --reps 2 "${LAYER[@]}" | sed "s/^/round=$r omp_wait_policy=$w /" >>"$OUT"
-    [ "$DEVICE" = cpu ] || break
-  done
+  $TORCH_RUN "$PY" "$ROOT/bench/conv/pytorch_conv.py" --device "$DEVICE" --threads "$THREADS" --dataset "$DATASET" \
+    --reps 2 "${LAYER[@]}" | sed "s/^/round=$r /" >>"$OUT"
 done
 sed 's/^/# /' "$OUT"
 

@@ -55,9 +55,9 @@ export OMP_NUM_THREADS="${THREADS:-$(nproc)}"  # torch would take 1 ATen thread 
 . "$ROOT/bench/torch_best.sh"
 [ -x "$BUILD/bench/bench_mlp_step" ] || cmake --build "$BUILD" --target bench_mlp_step -j"$(nproc)"
 if ((TORCH)); then
-  echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')), threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
+  echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')), threads=$OMP_NUM_THREADS, rounds=$ROUNDS, steps=$STEPS"
 else
-  echo "# no PyTorch sides; threads=${OMP_NUM_THREADS:-all}, rounds=$ROUNDS, steps=$STEPS"
+  echo "# no PyTorch sides; threads=$OMP_NUM_THREADS, rounds=$ROUNDS, steps=$STEPS"
 fi
 WIDEN_ISA=avx2
 grep -q -w avx512f /proc/cpuinfo && WIDEN_ISA=avx512
@@ -89,7 +89,7 @@ done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 ratios() { paste <(echo ${vals[$1]} | tr ' ' '\n') <(echo ${vals[$2]} | tr ' ' '\n') | awk '{print $1/$2}' | median; }
 cratios() { paste <(echo ${cpu[$1]:-0} | tr ' ' '\n') <(echo ${cpu[$2]:-1} | tr ' ' '\n') | awk '{print $1/$2}' | median; }
-out="bench=mlp_bf16 batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
+out="bench=mlp_bf16 batch=$BATCH threads=$OMP_NUM_THREADS"
 for s in "${sides[@]}"; do
   m=$(echo ${vals[$s]} | median)
   out="$out ${s}_samples_per_s=$(awk -v m="$m" -v b="$BATCH" 'BEGIN{printf "%.0f", m*b}')"
@@ -98,7 +98,7 @@ out="$out bf16_vs_fp32=$(ratios loom_bf16 loom_fp32) fp16_vs_fp32=$(ratios loom_
 ((TORCH)) && out="$out bf16_vs_torch_bf16=$(ratios loom_bf16 torch_bf16) fp32_vs_torch_fp32=$(ratios loom_fp32 torch_fp32)"
 [ -n "$BASE" ] && out="$out fp32_vs_base=$(ratios loom_fp32 base_fp32) bf16_vs_base=$(ratios loom_bf16 base_bf16) fp16_vs_base=$(ratios loom_fp16 base_fp16) base_fp16_vs_base_fp32=$(ratios base_fp16 base_fp32) base_bf16_widening_vs_base_fp32=$(ratios base_bf16_widening base_fp32)"
 echo "$out"
-out="bench=mlp_bf16_cpu_time batch=$BATCH threads=${OMP_NUM_THREADS:-all}"
+out="bench=mlp_bf16_cpu_time batch=$BATCH threads=$OMP_NUM_THREADS"
 for s in "${sides[@]}"; do
   m=$(echo ${cpu[$s]:-0} | median)
   out="$out ${s}_cpu_ms=$(awk -v m="$m" 'BEGIN{printf "%.2f", m ? 1000/m : 0}')"

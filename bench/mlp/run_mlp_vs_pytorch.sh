@@ -44,18 +44,18 @@ fi
 echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 [ -x "$BUILD/bench/bench_mlp_step" ] || cmake --build "$BUILD" --target bench_mlp_step -j"$(nproc)"
 
-[ "$DEVICE" = cpu ] && export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 # shellcheck source=../torch_best.sh
 . "$ROOT/bench/torch_best.sh"
+TORCH_RUN=""
+if [ "$DEVICE" = cpu ]; then
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
+  TORCH_RUN="torch_best steps_per_s"
+fi
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 best_loom=0 best_torch=0
 for ((r = 1; r <= ROUNDS; r++)); do
   l=$("$BUILD/bench/bench_mlp_step" --device "$DEVICE" --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
-  if [ "$DEVICE" = cpu ]; then
-    t=$(torch_best steps_per_s "$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device cpu --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
-  else
-    t=$("$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device "$DEVICE" --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
-  fi
+  t=$($TORCH_RUN "$PY" "$ROOT/bench/mlp/pytorch_mlp_step.py" --device "$DEVICE" --batch "$BATCH" --steps "$STEPS" | grep '^bench=' | tail -1)
   echo "# round $r: $l"
   echo "# round $r: $t"
   lv=$(echo "$l" | field steps_per_s); tv=$(echo "$t" | field steps_per_s)

@@ -54,6 +54,7 @@ if [ "$DEVICE" = cpu ]; then
   TORCH_RUN="torch_best samples_per_s"  # the better of libgomp's wait policies (bench/torch_best.sh)
   TORCH_COMMON="--device cpu --threads $THREADS"
 else
+  TORCH_RUN=""
   PY=""
   for p in ${LOOM_PYTHON:-} python3 /usr/bin/python3; do
     if "$p" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then PY=$p; break; fi
@@ -67,7 +68,6 @@ else
 fi
 [ -x "$BUILD/examples/loom-resnet" ] || cmake --build "$BUILD" --target loom-resnet -j"$(nproc)"
 
-TORCH_RUN="${TORCH_RUN:-}"
 # shellcheck source=../torch_best.sh
 . "$ROOT/bench/torch_best.sh"
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }

@@ -21,20 +21,19 @@ done
 PY=/usr/bin/python3
 "$PY" -c "import torch" 2>/dev/null || "$ROOT/scripts/setup.sh" python3-torch
 [ -x "$BUILD/bench/bench_transformer_ops" ] || cmake --build "$BUILD" --target bench_transformer_ops -j"$(nproc)"
+# shellcheck source=../torch_best.sh
+. "$ROOT/bench/torch_best.sh"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
   "$BUILD/bench/bench_transformer_ops" "$THREADS" 5 $FILTER | grep '^bench=' >>"$TMP/loom"
   # PyTorch under both of libgomp's wait policies, the faster per op kept
   # (bench/torch_best.sh says why the default alone can handicap it).
-  for w in active passive; do
-    OMP_WAIT_POLICY=$w "$PY" "$ROOT/bench/transformer_ops/pytorch_transformer_ops.py" "$THREADS" 5 $FILTER |
-      grep '^bench=' >"$TMP/torch_$w" || true
-  done
-  awk 'function kv(line, key) { return match(line, key "=[^ ]*") ? substr(line, RSTART + length(key) + 1, RLENGTH - length(key) - 1) : "" }
+  { torch_both "$PY" "$ROOT/bench/transformer_ops/pytorch_transformer_ops.py" "$THREADS" 5 $FILTER || true; } |
+    { grep '^bench=' || true; } | awk 'function kv(line, key) { return match(line, key "=[^ ]*") ? substr(line, RSTART + length(key) + 1, RLENGTH - length(key) - 1) : "" }
        { k = kv($0, "op") " " kv($0, "shape"); m = kv($0, "ms") + 0
          if (!(k in best) || m < best[k]) { best[k] = m; line[k] = $0 } if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
-       END { for (i = 0; i < n; i++) print line[order[i]] }' "$TMP/torch_active" "$TMP/torch_passive" >>"$TMP/torch"
+       END { for (i = 0; i < n; i++) print line[order[i]] }' >>"$TMP/torch"
 done
 awk '
   function kv(line, key) { return match(line, key "=[^ ]*") ? substr(line, RSTART + length(key) + 1, RLENGTH - length(key) - 1) : "" }
