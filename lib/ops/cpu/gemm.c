@@ -266,11 +266,21 @@ static void gemm_unpacked(const gemm_args *g)
   }
 }
 
+#if defined(__x86_64__)
+static int has_avx2(void) { return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2; }
+#endif
+
 /* Pack rows [i0, i0+m) x cols [k0, k0+kc) of op(A) into MR-row slivers:
    sliver s holds, for each k, MR consecutive floats (rows past m are 0). */
 static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0, int64_t kc, float *restrict dst)
 {
   const bool f32 = g->adt == LOOM_F32;
+#if defined(__x86_64__)
+  if (mr == 6 && has_avx2() && (g->adt != LOOM_F16 || loom_cpu_f16c())) {
+    loom_gemm_pack_a6_avx2(g->A, g->adt, g->ta, g->lda, i0, m, k0, kc, dst);
+    return;
+  }
+#endif
   if (g->ta && !f32 && m <= MAX_MC) {
     /* 16-bit A is [K,M]: widen each k's run of m values in one call (not
        one call per MR values), then split it over the slivers. */
@@ -331,10 +341,6 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
 
 /* Pack one NR-column sliver: cols [j0, j0+n) x rows [k0, k0+kc) of op(B),
    as kc groups of NR floats (cols past n are 0). */
-#if defined(__x86_64__)
-static int has_avx2(void) { return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AVX2; }
-#endif
-
 static void pack_b_sliver(const gemm_args *g, int nr, int64_t k0, int64_t kc, int64_t j0, int64_t n,
                           float *restrict dst)
 {
@@ -403,6 +409,12 @@ static void pack_b_range(const gemm_args *g, int nr, int64_t k0, int64_t kc, int
       pack_b_sliver(g, nr, k0, kc, jc + s * nr, nc - s * nr < nr ? nc - s * nr : nr, dst + s * bstride);
     return;
   }
+#if defined(__x86_64__)
+  if (nr % 8 == 0 && has_avx2() && (g->bdt != LOOM_F16 || loom_cpu_f16c())) {
+    loom_gemm_pack_b_avx2(g->B, g->bdt, g->ldb, k0, kc, jc, nc, s_lo, s_hi, nr, dst, bstride);
+    return;
+  }
+#endif
   /* 16-bit B: each row's run is widened in one call, then split. */
   float wide[MAX_NC];
   const int64_t j_lo = s_lo * nr, j_hi = s_hi * nr < nc ? s_hi * nr : nc;

@@ -45,6 +45,18 @@ void loom_gemm_pack_bt_avx2(const float *B, int64_t ldb, int64_t k0, int64_t kc,
  * is transposed. Needs AVX2, and F16C for f16 (the caller checks). */
 void loom_gemm_pack_bt16_avx2(const void *B, bool is_f16, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t n,
                               int nr, float *dst);
+/* Slivers [s_lo, s_hi) of a [K,N] B (f32, or f16/bf16 widened): for each
+ * k < kc and sliver s, dst[s*bstride + k*nr + c] = B[(k0+k)*ldb + jc + s*nr
+ * + c] for c < min(nr, nc - s*nr), zeros up to nr. nr a multiple of 8;
+ * needs AVX2 (and F16C for f16: the caller checks). */
+void loom_gemm_pack_b_avx2(const void *B, loom_dtype dt, int64_t ldb, int64_t k0, int64_t kc, int64_t jc, int64_t nc,
+                           int64_t s_lo, int64_t s_hi, int nr, float *dst, int64_t bstride);
+/* pack_a for the 6 x 16 kernel: rows [i0, i0+m) x k [k0, k0+kc) of op(A)
+ * (A f32, or f16/bf16 widened; ta: A is [K,M]) into 6-row slivers, sliver s
+ * at dst + s*6*kc holding kc groups of 6 (rows past m are 0). Needs AVX2
+ * (and F16C for f16: the caller checks). */
+void loom_gemm_pack_a6_avx2(const void *A, loom_dtype dt, bool ta, int64_t lda, int64_t i0, int64_t m, int64_t k0,
+                            int64_t kc, float *dst);
 #endif
 
 #endif

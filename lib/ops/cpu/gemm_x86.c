@@ -7,6 +7,7 @@
  * Both kernels keep the whole C tile in registers for the kc loop: each step
  * loads one row of the packed B sliver (NR floats, aligned) and broadcasts MR
  * values of the packed A sliver, so every loaded byte feeds several FMAs. */
+
 #include "ops/cpu/gemm_internal.h"
 #include "core/half.h"
 
@@ -122,10 +123,6 @@ void loom_gemm_ukr_avx512_12x32(int64_t kc, const float *restrict a, const float
   }
 }
 
-#else
-/* ISO C forbids an empty translation unit. */
-typedef int loom_gemm_x86_unused;
-#endif
 
 /* 8x8 transpose of rows r[0..7] (8 floats each) in AVX registers. */
 __attribute__((target("avx2"))) static inline void transpose8(__m256 r[8]) {
@@ -204,6 +201,141 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_pack_bt16_avx2(const void *B
 }
 
 
+/* 8 consecutive values of a B of kind (0 f32, 1 bf16, 2 f16) as f32. */
+__attribute__((target("avx2,f16c"), always_inline)) static inline __m256 load8_any(const void *p, int64_t i,
+                                                                                   int kind) {
+  if (kind == 0) return _mm256_loadu_ps((const float *)p + i);
+  return load8_16((const uint16_t *)p + i, kind == 2);
+}
+
+/* Slivers [s_lo, s_hi) of a [K,N] B panel (columns from jc, nc wide), rows
+ * [k0, k0+kc). Blocks of 8 rows, sliver by sliver within a block: the
+ * destination is written sequentially (8 x nr floats per visit) instead of
+ * one line per sliver per row, bstride apart (16 KiB for the AVX2 kernel:
+ * one L1 set), and the 8 source rows stay in L1 across the slivers that
+ * share their lines. 16-bit values are widened in registers. kind is a
+ * constant at each call site below, so each dtype gets its own loop. */
+__attribute__((target("avx2,f16c"), always_inline)) static inline void
+pack_b_kind(const void *B, int kind, int64_t ldb, int64_t k0, int64_t kc, int64_t jc, int64_t nc, int64_t s_lo,
+            int64_t s_hi, int nr, float *dst, int64_t bstride) {
+  for (int64_t kb = 0; kb < kc; kb += 8) {
+    const int64_t ke = kb + 8 < kc ? kb + 8 : kc;
+    for (int64_t s = s_lo; s < s_hi; s++) {
+      const int64_t j = jc + s * nr, n = nc - s * nr < nr ? nc - s * nr : nr;
+      float *d = dst + s * bstride + kb * nr;
+      if (n == nr) {
+        for (int64_t k = kb; k < ke; k++, d += nr) {
+          const int64_t at = (k0 + k) * ldb + j;
+          for (int c = 0; c < nr; c += 8) _mm256_storeu_ps(d + c, load8_any(B, at + c, kind));
+        }
+        continue;
+      }
+      for (int64_t k = kb; k < ke; k++, d += nr) { /* the panel's last, narrow sliver */
+        const int64_t at = (k0 + k) * ldb + j;
+        int64_t c = 0;
+        for (; c + 8 <= n; c += 8) _mm256_storeu_ps(d + c, load8_any(B, at + c, kind));
+        for (; c < n; c++)
+          d[c] = kind == 0 ? ((const float *)B)[at + c] : one16(((const uint16_t *)B)[at + c], kind == 2);
+        for (; c < nr; c++) d[c] = 0.0f;
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void loom_gemm_pack_b_avx2(const void *B, loom_dtype dt, int64_t ldb,
+                                                               int64_t k0, int64_t kc, int64_t jc, int64_t nc,
+                                                               int64_t s_lo, int64_t s_hi, int nr, float *dst,
+                                                               int64_t bstride) {
+  if (dt == LOOM_F32) pack_b_kind(B, 0, ldb, k0, kc, jc, nc, s_lo, s_hi, nr, dst, bstride);
+  else if (dt == LOOM_BF16) pack_b_kind(B, 1, ldb, k0, kc, jc, nc, s_lo, s_hi, nr, dst, bstride);
+  else pack_b_kind(B, 2, ldb, k0, kc, jc, nc, s_lo, s_hi, nr, dst, bstride);
+}
+
+
+/* Stores the low 6 floats of v at d (no write past d[5]). */
+__attribute__((target("avx2"), always_inline)) static inline void store6(float *d, __m256 v) {
+  _mm_storeu_ps(d, _mm256_castps256_ps128(v));
+  _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(v, 1));
+}
+/* Element i of a kind (0 f32, 1 bf16, 2 f16) matrix as f32. */
+static inline float elem_any(const void *p, int64_t i, int kind) {
+  return kind == 0 ? ((const float *)p)[i] : one16(((const uint16_t *)p)[i], kind == 2);
+}
+
+/* pack_a for the 6 x 16 kernel (see loom_gemm_pack_a6_avx2 in
+ * gemm_internal.h); kind is a constant at each call site. */
+__attribute__((target("avx2,f16c"), always_inline)) static inline void
+pack_a6_kind(const void *A, int kind, bool ta, int64_t lda, int64_t i0, int64_t m, int64_t k0, int64_t kc,
+             float *dst) {
+  enum { MR = 6 };
+  const int64_t k8 = kc & ~(int64_t)7;
+  if (!ta) {
+    /* A is [M,K]: 8 k values of each of the sliver's rows, transposed in
+     * registers into 8 groups of 6 (rows past m are zero lanes). */
+    for (int64_t s = 0; s < m; s += MR, dst += MR * kc) {
+      const int64_t rows = m - s < MR ? m - s : MR;
+      const int64_t base = (i0 + s) * lda + k0;
+      int64_t k = 0;
+      for (; k < k8; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; i++)
+          r[i] = i < rows ? load8_any(A, base + i * lda + k, kind) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int i = 0; i < 8; i++) store6(dst + (k + i) * MR, r[i]);
+      }
+      for (; k < kc; k++)
+        for (int64_t i = 0; i < MR; i++) dst[k * MR + i] = i < rows ? elem_any(A, base + i * lda + k, kind) : 0.0f;
+    }
+    return;
+  }
+  /* A is [K,M]: a sliver's 6 values for one k are contiguous. Blocks of 8
+   * k rows, sliver by sliver: the 8 source rows stay in L1 across the
+   * slivers (going sliver by sliver over all kc rows, lda apart, lands them
+   * in one L1 set) and each sliver's destination is written in order. A
+   * 16-bit block is first widened into wide (8 rows of m, vectorized). */
+  enum { MAX_M = 192 };
+  float wide[8 * MAX_M];
+  const int64_t full = m / MR * MR;
+  for (int64_t kb = 0; kb < kc; kb += 8) {
+    const int64_t ke = kb + 8 < kc ? kb + 8 : kc;
+    const float *src = (const float *)A + (k0 + kb) * lda + i0;
+    int64_t ld = lda;
+    if (kind != 0 && m <= MAX_M) {
+      for (int64_t k = kb; k < ke; k++) {
+        const uint16_t *h = (const uint16_t *)A + (k0 + k) * lda + i0;
+        float *w = wide + (k - kb) * m;
+        int64_t c = 0;
+        for (; c + 8 <= m; c += 8) _mm256_storeu_ps(w + c, load8_16(h + c, kind == 2));
+        for (; c < m; c++) w[c] = one16(h[c], kind == 2);
+      }
+      src = wide, ld = m;
+    }
+    const bool direct = kind == 0 || m <= MAX_M; /* else: element by element below */
+    for (int64_t s = 0; s < full && direct; s += MR) {
+      float *d = dst + s * kc + kb * MR;
+      for (int64_t k = kb; k < ke; k++, d += MR) {
+        const float *p = src + (k - kb) * ld + s;
+        _mm_storeu_ps(d, _mm_loadu_ps(p));
+        _mm_storel_pi((__m64 *)(d + 4), _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(p + 4))));
+      }
+    }
+    for (int64_t s = direct ? full : 0; s < m; s += MR) { /* a short last sliver: zeros past m */
+      float *d = dst + s * kc + kb * MR;
+      for (int64_t k = kb; k < ke; k++, d += MR)
+        for (int64_t i = 0; i < MR; i++)
+          d[i] = s + i < m ? elem_any(A, (k0 + k) * lda + i0 + s + i, kind) : 0.0f;
+    }
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void loom_gemm_pack_a6_avx2(const void *A, loom_dtype dt, bool ta, int64_t lda,
+                                                                int64_t i0, int64_t m, int64_t k0, int64_t kc,
+                                                                float *dst) {
+  if (dt == LOOM_F32) pack_a6_kind(A, 0, ta, lda, i0, m, k0, kc, dst);
+  else if (dt == LOOM_BF16) pack_a6_kind(A, 1, ta, lda, i0, m, k0, kc, dst);
+  else pack_a6_kind(A, 2, ta, lda, i0, m, k0, kc, dst);
+}
+
 __attribute__((target("avx2,f16c"))) void loom_gemm_store16_avx2(const float *t, int ldt, int64_t rows, int64_t cols,
                                                                 void *dst, int64_t ldd, bool is_f16) {
   for (int64_t i = 0; i < rows; i++) {
@@ -218,3 +350,8 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_store16_avx2(const float *t,
     for (; j < cols; j++) d[j] = is_f16 ? loom_half_from_f32(s[j]) : loom_bfloat_from_f32(s[j]);
   }
 }
+
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int loom_gemm_x86_unused;
+#endif
