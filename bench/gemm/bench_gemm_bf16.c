@@ -11,8 +11,10 @@
  * and the same over the whole step (each shape weighted by its FLOPs).
  * On CPUs without AVX512_BF16 (or under LOOM_CPU_ISA below avx512bf16) the
  * bf16 side is what linear runs there instead: loom_cpu_sgemm_widen, the f32
- * GEMM widening the bf16 operands as it packs them (out=bf16 is then the
- * f32 result rounded afterwards, as linear's out_done does). */
+ * GEMM widening the bf16 operands as it packs them (out=bf16: the dW shapes
+ * round tile by tile, loom_cpu_sgemm_widen_to16, as linear_cpu.c does; the
+ * others round the f32 result afterwards, on one thread, where linear
+ * rounds its rows on all threads: an upper bound on that cost). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +70,11 @@ static double run_side(const shape *s, const bufs *u, bool bf16, bool native, bo
     if (bf16 && native) {
       loom_cpu_gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, u->a, lda, u->b, ldb, &o);
     } else if (bf16) {
+      /* A bf16 dW (ta) is rounded tile by tile where the GEMM can. */
+      if (out_bf16 && s->ta &&
+          loom_cpu_sgemm_widen_to16(s->ta, s->tb, s->M, s->N, s->K, 1.0f, u->a, LOOM_BF16, lda, u->b, LOOM_BF16, ldb,
+                                    u->y, LOOM_BF16, s->N))
+        continue;
       loom_cpu_sgemm_widen(s->ta, s->tb, s->M, s->N, s->K, 1.0f, u->a, LOOM_BF16, lda, u->b, LOOM_BF16, ldb, 0.0f,
                            u->c, s->N);
       if (out_bf16) loom_cpu_store_f32(u->y, LOOM_BF16, 1, s->M * s->N, u->c);

@@ -194,6 +194,14 @@ static void copy_run(const ew_ctx *c, const int64_t *off, const int64_t *st, int
   } else if (!loom_dtype_is_float(o->dtype) || !loom_dtype_is_float(x->dtype)) {
     /* Integers travel through double: exact for |v| < 2^53. */
     for (int64_t j = 0; j < n; j++) loom_cpu_store_f64(ro, o->dtype, j * so, loom_cpu_load_f64(rx, x->dtype, j * sx));
+  } else if (sx == 0) {
+    /* One value broadcast (a sum's gradient, expanded): converted once,
+       then stored in runs (element by element, this was a scalar loop). */
+    float t[RUN];
+    loom_cpu_load_f32(rx, x->dtype, 1, 1, t);
+    for (int64_t j = 1; j < (n < RUN ? n : RUN); j++) t[j] = t[0];
+    for (int64_t j0 = 0; j0 < n; j0 += RUN)
+      loom_cpu_store_f32(ro + (size_t)(j0 * so) * eo, o->dtype, so, n - j0 < RUN ? n - j0 : RUN, t);
   } else {
     float t[RUN];
     for (int64_t j0 = 0; j0 < n; j0 += RUN) {

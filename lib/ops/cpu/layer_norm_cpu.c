@@ -3,7 +3,7 @@
  * saved as f32 mean and rstd for backward), one pass per row backward for
  * dx, and dweight / dbias summed over rows in fixed blocks of rows whose
  * partial sums are added in block order: the same result for any thread
- * count, no atomics. */
+ * count, no atomics. The row sums are sum_f64.h's lane sums. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -11,9 +11,9 @@
 #include "core/sys.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/sum_f64.h"
 
 #define BLOCK_ROWS 32 /* rows per partial sum of dweight / dbias */
-
 /* A [D] parameter as f32: its data for f32, else widened into buf. */
 static const float *param_f32(const loom_tensor *p, int64_t D, float *buf) {
   return p ? loom_cpu_span_f32(loom_tensor_ptr(p), p->dtype, 0, D, buf) : NULL;
@@ -27,7 +27,6 @@ loom_status loom_cpu_layer_norm(loom_op_args *a) {
   float *pbuf = loom_sys_malloc((size_t)D * 2 * sizeof(float));
   if (!pbuf) return loom_set_error(LOOM_ERR_OOM, "layer_norm: out of host memory");
   const float *pw = param_f32(w, D, pbuf), *pb = param_f32(b, D, pbuf + D);
-  size_t es = loom_dtype_size(x->dtype);
   const char *px = loom_tensor_ptr(x);
   char *py = loom_tensor_ptr(y);
   float *ps = loom_tensor_ptr(stats);
@@ -41,19 +40,18 @@ loom_status loom_cpu_layer_norm(loom_op_args *a) {
     } else {
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < rows; i++) {
-        loom_cpu_load_f32(px + (size_t)(i * D) * es, x->dtype, 1, D, r);
-        double s = 0, q = 0;
-        for (int64_t j = 0; j < D; j++) s += r[j];
-        double mean = s / (double)D;
-        for (int64_t j = 0; j < D; j++) q += ((double)r[j] - mean) * ((double)r[j] - mean);
+        /* f32: read x and write y in place of the row buffer. */
+        const float *xr = loom_cpu_span_f32(px, x->dtype, i * D, D, r);
+        float *yr = loom_cpu_out_f32(py, y->dtype, i * D, r);
+        const double mean = loom_cpu_sum_f64(xr, D) / (double)D, q = loom_cpu_sum_sq_dev_f64(xr, D, mean);
         float fm = (float)mean, rstd = (float)(1.0 / sqrt(q / (double)D + eps));
         for (int64_t j = 0; j < D; j++) {
-          float v = (r[j] - fm) * rstd;
+          float v = (xr[j] - fm) * rstd;
           if (pw) v *= pw[j];
           if (pb) v += pb[j];
-          r[j] = v;
+          yr[j] = v;
         }
-        loom_cpu_store_f32(py + (size_t)(i * D) * es, y->dtype, 1, D, r);
+        loom_cpu_out_commit(py, y->dtype, i * D, D, r);
         ps[2 * i] = fm;
         ps[2 * i + 1] = rstd;
       }
@@ -79,7 +77,6 @@ loom_status loom_cpu_layer_norm_backward(loom_op_args *a) {
   if (!pbuf) return loom_set_error(LOOM_ERR_OOM, "layer_norm backward: out of host memory");
   const float *pw = param_f32(w, D, pbuf);
   float *part = pbuf + D;
-  size_t es = loom_dtype_size(x->dtype);
   const char *px = loom_tensor_ptr(x), *pg = loom_tensor_ptr(gy);
   const float *ps = loom_tensor_ptr(stats);
   char *pdx = dx ? loom_tensor_ptr(dx) : NULL;
@@ -99,24 +96,26 @@ loom_status loom_cpu_layer_norm_backward(loom_op_args *a) {
         int64_t end = (blk + 1) * BLOCK_ROWS < rows ? (blk + 1) * BLOCK_ROWS : rows;
         for (int64_t i = blk * BLOCK_ROWS; i < end; i++) {
           float mean = ps[2 * i], rstd = ps[2 * i + 1];
-          loom_cpu_load_f32(px + (size_t)(i * D) * es, x->dtype, 1, D, xh);
-          loom_cpu_load_f32(pg + (size_t)(i * D) * es, gy->dtype, 1, D, g);
-          double sg = 0, sgx = 0;
-          for (int64_t j = 0; j < D; j++) {
-            xh[j] = (xh[j] - mean) * rstd;
-            if (sums) {
-              pdw[j] += g[j] * xh[j];
-              pdb[j] += g[j];
+          /* f32 x and dy are read where they are, an f32 dx written there. */
+          const float *xr = loom_cpu_span_f32(px, x->dtype, i * D, D, xh);
+          const float *gr = loom_cpu_span_f32(pg, gy->dtype, i * D, D, g);
+          for (int64_t j = 0; j < D; j++) xh[j] = (xr[j] - mean) * rstd;
+          if (sums)
+            for (int64_t j = 0; j < D; j++) {
+              pdw[j] += gr[j] * xh[j];
+              pdb[j] += gr[j];
             }
-            float gj = pw ? g[j] * pw[j] : g[j];
-            sg += gj;
-            sgx += (double)gj * xh[j];
-            g[j] = gj;
-          }
           if (!pdx) continue;
+          if (pw) {
+            for (int64_t j = 0; j < D; j++) g[j] = gr[j] * pw[j];
+            gr = g;
+          }
+          double sg, sgx;
+          loom_cpu_sum_dot_f64(gr, xh, D, &sg, &sgx);
           float mg = (float)(sg / (double)D), mgx = (float)(sgx / (double)D);
-          for (int64_t j = 0; j < D; j++) r[j] = rstd * (g[j] - mg - xh[j] * mgx);
-          loom_cpu_store_f32(pdx + (size_t)(i * D) * es, dx->dtype, 1, D, r);
+          float *dr = loom_cpu_out_f32(pdx, dx->dtype, i * D, r);
+          for (int64_t j = 0; j < D; j++) dr[j] = rstd * (gr[j] - mg - xh[j] * mgx);
+          loom_cpu_out_commit(pdx, dx->dtype, i * D, D, r);
         }
       }
     }

@@ -4,7 +4,8 @@
  * trailing block (row reductions: softmax-style) or a leading block (column
  * reductions: bias gradients). Anything else is first gathered into a
  * contiguous f32 buffer with the reduced dims last. Sums accumulate in
- * double. */
+ * double, a row in fixed chunks of independent lanes (sum_f64.h): the same
+ * bits for any thread count. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -12,6 +13,7 @@
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/sum_f64.h"
 #include "core/sys.h"
 
 enum { RED_SUM, RED_MAX };
@@ -51,14 +53,41 @@ static int block_kind(const loom_tensor *x, unsigned mask) {
   return 0;
 }
 
+/* A row's sum: chunks of SUM_CHUNK in order, each in sum_f64.h's lanes.
+ * Fixed by len alone, so a long row may be split over the threads by
+ * chunk (sum_long_row) and still give these bits. */
+#define SUM_CHUNK 4096
+static double sum_row(const float *p, int64_t len) {
+  double acc = 0;
+  for (int64_t c0 = 0; c0 < len; c0 += SUM_CHUNK) acc += loom_cpu_sum_f64(p + c0, len - c0 < SUM_CHUNK ? len - c0 : SUM_CHUNK);
+  return acc;
+}
+
+/* sum_row with the chunks on all threads (sum_all over a big tensor was one
+ * thread's chain of dependent adds); false if out of memory. */
+static bool sum_long_row(const float *p, int64_t len, float *out) {
+  const int64_t nch = (len + SUM_CHUNK - 1) / SUM_CHUNK;
+  double *part = loom_sys_malloc((size_t)nch * sizeof *part);
+  if (!part) return false;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < nch; c++) {
+    const int64_t c0 = c * SUM_CHUNK;
+    part[c] = loom_cpu_sum_f64(p + c0, len - c0 < SUM_CHUNK ? len - c0 : SUM_CHUNK);
+  }
+  double acc = 0;
+  for (int64_t c = 0; c < nch; c++) acc += part[c];
+  loom_sys_free(part);
+  *out = (float)acc;
+  return true;
+}
+
 static void reduce_rows(int kind, const float *x, int64_t rows, int64_t len, float *outbuf) {
+  if (kind == RED_SUM && rows == 1 && len >= LOOM_CPU_PAR_MIN && sum_long_row(x, len, outbuf)) return;
 #pragma omp parallel for schedule(static) if (rows * len >= LOOM_CPU_PAR_MIN && rows > 1)
   for (int64_t r = 0; r < rows; r++) {
     const float *p = x + r * len;
     if (kind == RED_SUM) {
-      double acc = 0;
-      for (int64_t j = 0; j < len; j++) acc += p[j];
-      outbuf[r] = (float)acc;
+      outbuf[r] = (float)sum_row(p, len);
     } else {
       float m = -INFINITY;
       for (int64_t j = 0; j < len; j++) {
