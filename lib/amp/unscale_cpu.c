@@ -33,6 +33,8 @@ static int unscale_run_scalar(const float *s, float *d, int64_t n, float inv, bo
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "ops/cpu/bf16_simd.h"
 __attribute__((target("avx2"))) static int unscale_run_avx2(const float *s, float *d, int64_t n, float inv,
                                                             bool acc, bool d_first) {
   const __m256 vi = _mm256_set1_ps(inv);
@@ -62,9 +64,7 @@ __attribute__((target("avx2,f16c"))) static int unscale16_run_avx2(const uint16_
   __m256i bad = _mm256_setzero_si256();
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    const __m128i h = _mm_loadu_si128((const __m128i *)(s + j));
-    const __m256 w = is_f16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    __m256 v = _mm256_mul_ps(w, vi);
+    __m256 v = _mm256_mul_ps(loom_widen8_16_avx2(s + j, is_f16), vi);
     if (acc) v = _mm256_add_ps(v, _mm256_loadu_ps(d + j));
     _mm256_storeu_ps(d + j, v);
     bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), expo), expo));

@@ -9,6 +9,8 @@
 #define LOOM_OPS_CPU_BF16_SIMD_H
 
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 /* 8 lanes; the 8 bf16 results are the low 128 bits. */
 __attribute__((target("avx2"))) static inline __m128i loom_bf16x8_avx2(__m256 v) {
@@ -21,6 +23,14 @@ __attribute__((target("avx2"))) static inline __m128i loom_bf16x8_avx2(__m256 v)
   r = _mm256_blendv_epi8(r, bias, nan);
   /* r < 2^16: the saturating pack is exact; it interleaves 128-bit lanes. */
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+
+/* 8 consecutive 16-bit values (f16 when is_f16, else bf16) as f32, exact:
+ * F16C for f16, a shift for bf16. */
+__attribute__((target("avx2,f16c"))) static inline __m256 loom_widen8_16_avx2(const uint16_t *p, bool is_f16) {
+  const __m128i h = _mm_loadu_si128((const __m128i *)p);
+  if (is_f16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 /* 16 lanes. */

@@ -276,7 +276,7 @@ static void pack_a(const gemm_args *g, int mr, int64_t i0, int64_t m, int64_t k0
 {
   const bool f32 = g->adt == LOOM_F32;
 #if defined(__x86_64__)
-  if (mr == 6 && has_avx2() && (g->adt != LOOM_F16 || loom_cpu_f16c())) {
+  if (mr == 6 && m <= LOOM_GEMM_PACK_A6_MAX_M && has_avx2() && (g->adt != LOOM_F16 || loom_cpu_f16c())) {
     loom_gemm_pack_a6_avx2(g->A, g->adt, g->ta, g->lda, i0, m, k0, kc, dst);
     return;
   }

@@ -53,8 +53,9 @@ void loom_gemm_pack_b_avx2(const void *B, loom_dtype dt, int64_t ldb, int64_t k0
                            int64_t s_lo, int64_t s_hi, int nr, float *dst, int64_t bstride);
 /* pack_a for the 6 x 16 kernel: rows [i0, i0+m) x k [k0, k0+kc) of op(A)
  * (A f32, or f16/bf16 widened; ta: A is [K,M]) into 6-row slivers, sliver s
- * at dst + s*6*kc holding kc groups of 6 (rows past m are 0). Needs AVX2
- * (and F16C for f16: the caller checks). */
+ * at dst + s*6*kc holding kc groups of 6 (rows past m are 0). The caller
+ * checks m <= LOOM_GEMM_PACK_A6_MAX_M, AVX2 and (for f16) F16C. */
+enum { LOOM_GEMM_PACK_A6_MAX_M = 192 };
 void loom_gemm_pack_a6_avx2(const void *A, loom_dtype dt, bool ta, int64_t lda, int64_t i0, int64_t m, int64_t k0,
                             int64_t kc, float *dst);
 #endif

@@ -167,12 +167,6 @@ __attribute__((target("avx2"))) void loom_gemm_pack_bt_avx2(const float *B, int6
     for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = 0.0f;
 }
 
-/* 8 consecutive 16-bit values as f32: F16C for f16, a shift for bf16. */
-__attribute__((target("avx2,f16c"))) static inline __m256 load8_16(const uint16_t *p, bool is_f16) {
-  const __m128i h = _mm_loadu_si128((const __m128i *)p);
-  if (is_f16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
 static inline float one16(uint16_t v, bool is_f16) { return is_f16 ? loom_half_to_f32(v) : loom_bfloat_to_f32(v); }
 
 __attribute__((target("avx2,f16c"))) void loom_gemm_pack_bt16_avx2(const void *Bv, bool is_f16, int64_t ldb,
@@ -185,7 +179,7 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_pack_bt16_avx2(const void *B
     int64_t k = 0;
     for (; k < k8; k += 8) {
       __m256 r[8];
-      for (int i = 0; i < 8; i++) r[i] = load8_16(src + i * ldb + k, is_f16);
+      for (int i = 0; i < 8; i++) r[i] = loom_widen8_16_avx2(src + i * ldb + k, is_f16);
       transpose8(r);
       for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (k + i) * nr + c, r[i]);
     }
@@ -201,11 +195,15 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_pack_bt16_avx2(const void *B
 }
 
 
+/* Element i of a kind (0 f32, 1 bf16, 2 f16) matrix as f32. */
+static inline float elem_any(const void *p, int64_t i, int kind) {
+  return kind == 0 ? ((const float *)p)[i] : one16(((const uint16_t *)p)[i], kind == 2);
+}
 /* 8 consecutive values of a B of kind (0 f32, 1 bf16, 2 f16) as f32. */
 __attribute__((target("avx2,f16c"), always_inline)) static inline __m256 load8_any(const void *p, int64_t i,
                                                                                    int kind) {
   if (kind == 0) return _mm256_loadu_ps((const float *)p + i);
-  return load8_16((const uint16_t *)p + i, kind == 2);
+  return loom_widen8_16_avx2((const uint16_t *)p + i, kind == 2);
 }
 
 /* Slivers [s_lo, s_hi) of a [K,N] B panel (columns from jc, nc wide), rows
@@ -234,8 +232,7 @@ pack_b_kind(const void *B, int kind, int64_t ldb, int64_t k0, int64_t kc, int64_
         const int64_t at = (k0 + k) * ldb + j;
         int64_t c = 0;
         for (; c + 8 <= n; c += 8) _mm256_storeu_ps(d + c, load8_any(B, at + c, kind));
-        for (; c < n; c++)
-          d[c] = kind == 0 ? ((const float *)B)[at + c] : one16(((const uint16_t *)B)[at + c], kind == 2);
+        for (; c < n; c++) d[c] = elem_any(B, at + c, kind);
         for (; c < nr; c++) d[c] = 0.0f;
       }
     }
@@ -256,10 +253,6 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_pack_b_avx2(const void *B, l
 __attribute__((target("avx2"), always_inline)) static inline void store6(float *d, __m256 v) {
   _mm_storeu_ps(d, _mm256_castps256_ps128(v));
   _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(v, 1));
-}
-/* Element i of a kind (0 f32, 1 bf16, 2 f16) matrix as f32. */
-static inline float elem_any(const void *p, int64_t i, int kind) {
-  return kind == 0 ? ((const float *)p)[i] : one16(((const uint16_t *)p)[i], kind == 2);
 }
 
 /* pack_a for the 6 x 16 kernel (see loom_gemm_pack_a6_avx2 in
@@ -293,25 +286,23 @@ pack_a6_kind(const void *A, int kind, bool ta, int64_t lda, int64_t i0, int64_t 
    * slivers (going sliver by sliver over all kc rows, lda apart, lands them
    * in one L1 set) and each sliver's destination is written in order. A
    * 16-bit block is first widened into wide (8 rows of m, vectorized). */
-  enum { MAX_M = 192 };
-  float wide[8 * MAX_M];
+  float wide[8 * LOOM_GEMM_PACK_A6_MAX_M];
   const int64_t full = m / MR * MR;
   for (int64_t kb = 0; kb < kc; kb += 8) {
     const int64_t ke = kb + 8 < kc ? kb + 8 : kc;
     const float *src = (const float *)A + (k0 + kb) * lda + i0;
     int64_t ld = lda;
-    if (kind != 0 && m <= MAX_M) {
+    if (kind != 0) {
       for (int64_t k = kb; k < ke; k++) {
         const uint16_t *h = (const uint16_t *)A + (k0 + k) * lda + i0;
         float *w = wide + (k - kb) * m;
         int64_t c = 0;
-        for (; c + 8 <= m; c += 8) _mm256_storeu_ps(w + c, load8_16(h + c, kind == 2));
+        for (; c + 8 <= m; c += 8) _mm256_storeu_ps(w + c, loom_widen8_16_avx2(h + c, kind == 2));
         for (; c < m; c++) w[c] = one16(h[c], kind == 2);
       }
       src = wide, ld = m;
     }
-    const bool direct = kind == 0 || m <= MAX_M; /* else: element by element below */
-    for (int64_t s = 0; s < full && direct; s += MR) {
+    for (int64_t s = 0; s < full; s += MR) {
       float *d = dst + s * kc + kb * MR;
       for (int64_t k = kb; k < ke; k++, d += MR) {
         const float *p = src + (k - kb) * ld + s;
@@ -319,11 +310,11 @@ pack_a6_kind(const void *A, int kind, bool ta, int64_t lda, int64_t i0, int64_t 
         _mm_storel_pi((__m64 *)(d + 4), _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(p + 4))));
       }
     }
-    for (int64_t s = direct ? full : 0; s < m; s += MR) { /* a short last sliver: zeros past m */
-      float *d = dst + s * kc + kb * MR;
+    if (full < m) { /* a short last sliver: zeros past m */
+      float *d = dst + full * kc + kb * MR;
       for (int64_t k = kb; k < ke; k++, d += MR)
         for (int64_t i = 0; i < MR; i++)
-          d[i] = s + i < m ? elem_any(A, (k0 + k) * lda + i0 + s + i, kind) : 0.0f;
+          d[i] = full + i < m ? elem_any(A, (k0 + k) * lda + i0 + full + i, kind) : 0.0f;
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "ops/cpu/sum_f64.h"
 
 #define BLOCK_ROWS 32 /* rows per partial sum of dweight / dbias */
+
 /* A [D] parameter as f32: its data for f32, else widened into buf. */
 static const float *param_f32(const loom_tensor *p, int64_t D, float *buf) {
   return p ? loom_cpu_span_f32(loom_tensor_ptr(p), p->dtype, 0, D, buf) : NULL;

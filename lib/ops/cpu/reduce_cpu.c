@@ -57,9 +57,13 @@ static int block_kind(const loom_tensor *x, unsigned mask) {
  * Fixed by len alone, so a long row may be split over the threads by
  * chunk (sum_long_row) and still give these bits. */
 #define SUM_CHUNK 4096
+static double chunk_sum(const float *p, int64_t len, int64_t c) {
+  const int64_t c0 = c * SUM_CHUNK;
+  return loom_cpu_sum_f64(p + c0, len - c0 < SUM_CHUNK ? len - c0 : SUM_CHUNK);
+}
 static double sum_row(const float *p, int64_t len) {
   double acc = 0;
-  for (int64_t c0 = 0; c0 < len; c0 += SUM_CHUNK) acc += loom_cpu_sum_f64(p + c0, len - c0 < SUM_CHUNK ? len - c0 : SUM_CHUNK);
+  for (int64_t c = 0; c * SUM_CHUNK < len; c++) acc += chunk_sum(p, len, c);
   return acc;
 }
 
@@ -70,10 +74,7 @@ static bool sum_long_row(const float *p, int64_t len, float *out) {
   double *part = loom_sys_malloc((size_t)nch * sizeof *part);
   if (!part) return false;
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < nch; c++) {
-    const int64_t c0 = c * SUM_CHUNK;
-    part[c] = loom_cpu_sum_f64(p + c0, len - c0 < SUM_CHUNK ? len - c0 : SUM_CHUNK);
-  }
+  for (int64_t c = 0; c < nch; c++) part[c] = chunk_sum(p, len, c);
   double acc = 0;
   for (int64_t c = 0; c < nch; c++) acc += part[c];
   loom_sys_free(part);

@@ -17,8 +17,14 @@ static double lanes_total(const double *l) {
  * order as the portable loops: the same bits. */
 #if defined(__SSE2__)
 #include <emmintrin.h>
-static void store_lanes(double *l, __m128d a0, __m128d a1, __m128d a2, __m128d a3) {
-  _mm_storeu_pd(l, a0), _mm_storeu_pd(l + 2, a1), _mm_storeu_pd(l + 4, a2), _mm_storeu_pd(l + 6, a3);
+/* Elements [j, j+8) of r as f64, lanes 2k and 2k+1 in d[k]. */
+static void widen8(const float *r, __m128d d[4]) {
+  const __m128 lo = _mm_loadu_ps(r), hi = _mm_loadu_ps(r + 4);
+  d[0] = _mm_cvtps_pd(lo), d[1] = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
+  d[2] = _mm_cvtps_pd(hi), d[3] = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
+}
+static void store_lanes(double *l, const __m128d a[4]) {
+  for (int k = 0; k < 4; k++) _mm_storeu_pd(l + 2 * k, a[k]);
 }
 #endif
 
@@ -26,13 +32,12 @@ double loom_cpu_sum_f64(const float *restrict r, int64_t n) {
   double l[LANES] = {0};
   int64_t j = 0;
 #if defined(__SSE2__)
-  __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  __m128d a[4] = {_mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd()}, v[4];
   for (; j + LANES <= n; j += LANES) {
-    const __m128 lo = _mm_loadu_ps(r + j), hi = _mm_loadu_ps(r + j + 4);
-    a0 = _mm_add_pd(a0, _mm_cvtps_pd(lo)), a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
-    a2 = _mm_add_pd(a2, _mm_cvtps_pd(hi)), a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
+    widen8(r + j, v);
+    for (int k = 0; k < 4; k++) a[k] = _mm_add_pd(a[k], v[k]);
   }
-  store_lanes(l, a0, a1, a2, a3);
+  store_lanes(l, a);
 #else
   for (; j + LANES <= n; j += LANES)
     for (int k = 0; k < LANES; k++) l[k] += r[j + k];
@@ -46,14 +51,15 @@ double loom_cpu_sum_sq_dev_f64(const float *restrict r, int64_t n, double mean) 
   int64_t j = 0;
 #if defined(__SSE2__)
   const __m128d m = _mm_set1_pd(mean);
-  __m128d a[4] = {_mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd()};
+  __m128d a[4] = {_mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd()}, v[4];
   for (; j + LANES <= n; j += LANES) {
-    const __m128 lo = _mm_loadu_ps(r + j), hi = _mm_loadu_ps(r + j + 4);
-    const __m128d d[4] = {_mm_sub_pd(_mm_cvtps_pd(lo), m), _mm_sub_pd(_mm_cvtps_pd(_mm_movehl_ps(lo, lo)), m),
-                          _mm_sub_pd(_mm_cvtps_pd(hi), m), _mm_sub_pd(_mm_cvtps_pd(_mm_movehl_ps(hi, hi)), m)};
-    for (int k = 0; k < 4; k++) a[k] = _mm_add_pd(a[k], _mm_mul_pd(d[k], d[k]));
+    widen8(r + j, v);
+    for (int k = 0; k < 4; k++) {
+      const __m128d d = _mm_sub_pd(v[k], m);
+      a[k] = _mm_add_pd(a[k], _mm_mul_pd(d, d));
+    }
   }
-  store_lanes(l, a[0], a[1], a[2], a[3]);
+  store_lanes(l, a);
 #else
   for (; j + LANES <= n; j += LANES)
     for (int k = 0; k < LANES; k++) {
@@ -73,21 +79,17 @@ void loom_cpu_sum_dot_f64(const float *restrict g, const float *restrict x, int6
   int64_t j = 0;
 #if defined(__SSE2__)
   __m128d va[4] = {_mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd(), _mm_setzero_pd()};
-  __m128d vb[4] = {va[0], va[0], va[0], va[0]};
+  __m128d vb[4] = {va[0], va[0], va[0], va[0]}, gd[4], xd[4];
   for (; j + LANES <= n; j += LANES) {
-    const __m128 glo = _mm_loadu_ps(g + j), ghi = _mm_loadu_ps(g + j + 4);
-    const __m128 xlo = _mm_loadu_ps(x + j), xhi = _mm_loadu_ps(x + j + 4);
-    const __m128d gd[4] = {_mm_cvtps_pd(glo), _mm_cvtps_pd(_mm_movehl_ps(glo, glo)), _mm_cvtps_pd(ghi),
-                           _mm_cvtps_pd(_mm_movehl_ps(ghi, ghi))};
-    const __m128d xd[4] = {_mm_cvtps_pd(xlo), _mm_cvtps_pd(_mm_movehl_ps(xlo, xlo)), _mm_cvtps_pd(xhi),
-                           _mm_cvtps_pd(_mm_movehl_ps(xhi, xhi))};
+    widen8(g + j, gd);
+    widen8(x + j, xd);
     for (int k = 0; k < 4; k++) {
       va[k] = _mm_add_pd(va[k], gd[k]);
       vb[k] = _mm_add_pd(vb[k], _mm_mul_pd(gd[k], xd[k]));
     }
   }
-  store_lanes(a, va[0], va[1], va[2], va[3]);
-  store_lanes(b, vb[0], vb[1], vb[2], vb[3]);
+  store_lanes(a, va);
+  store_lanes(b, vb);
 #else
   for (; j + LANES <= n; j += LANES)
     for (int k = 0; k < LANES; k++) {
