@@ -475,48 +475,70 @@ static void merge_edge(float *c, int64_t ldc, const float *tmp, int nr, int64_t 
   }
 }
 
+/* The MR x NR tiles of rows [ic, ic+mc) (A packed at apack) against one
+   packed B sliver b, columns [j, j+cols) of C. */
+static void sliver_tiles(const loom_gemm_kernel *kn, const gemm_args *g, const float *b, const float *apack,
+                         int64_t ic, int64_t mc, int64_t j, int64_t cols, int64_t kc, float beta)
+{
+  const int mr = kn->mr, nr = kn->nr;
+  float tmp[MAX_MR * MAX_NR] __attribute__((aligned(64)));
+  for (int64_t ir = 0; ir < mc; ir += mr) {
+    const int64_t rows = min64(mr, mc - ir);
+    const float *a = apack + (ir / mr) * kc * mr;
+    if (g->C16) {
+      /* As below, into tmp, then rounded: the same f32 values. */
+      const bool full = rows == mr && cols == nr;
+      kn->ukr(kc, a, b, tmp, nr, full ? g->alpha : 1.0f, 0.0f);
+      if (!full) merge_edge(tmp, nr, tmp, nr, rows, cols, g->alpha, 0.0f);
+      void *c16 = (char *)g->C16 + ((ic + ir) * g->ldc + j) * 2;
+#if defined(__x86_64__)
+      if (g->c16_avx2) loom_gemm_store16_avx2(tmp, nr, rows, cols, c16, g->ldc, g->cdt == LOOM_F16);
+      else
+#endif
+        loom_gemm_store16(tmp, nr, rows, cols, c16, g->ldc, g->cdt);
+      continue;
+    }
+    float *c = g->C + (ic + ir) * g->ldc + j;
+    if (rows == mr && cols == nr) {
+      kn->ukr(kc, a, b, c, g->ldc, g->alpha, beta);
+    } else {
+      kn->ukr(kc, a, b, tmp, nr, 1.0f, 0.0f);
+      merge_edge(c, g->ldc, tmp, nr, rows, cols, g->alpha, beta);
+    }
+  }
+}
+
 /* One thread's share of one (jc, pc) step: rows [m_lo, m_hi) of C, slivers
    [s_lo, s_hi) of the packed B panel starting at column jc; sliver s starts
    at bpack + s * bstride. */
 static void compute_block(const loom_gemm_kernel *kn, const gemm_args *g, const float *bpack, int64_t bstride,
-                          float *apack,
-                          int64_t jc, int64_t nc, int64_t pc, int64_t kc, float beta, int64_t m_lo, int64_t m_hi,
-                          int64_t s_lo, int64_t s_hi)
+                          float *apack, int64_t jc, int64_t nc, int64_t pc, int64_t kc, float beta, int64_t m_lo,
+                          int64_t m_hi, int64_t s_lo, int64_t s_hi)
 {
-  const int mr = kn->mr, nr = kn->nr;
-  float tmp[MAX_MR * MAX_NR] __attribute__((aligned(64)));
   for (int64_t ic = m_lo; ic < m_hi; ic += kn->mc) {
     const int64_t mc = min64(kn->mc, m_hi - ic);
-    pack_a(g, mr, ic, mc, pc, kc, apack);
+    pack_a(g, kn->mr, ic, mc, pc, kc, apack);
     for (int64_t s = s_lo; s < s_hi; s++) {
-      const int64_t j = jc + s * nr;
-      const int64_t cols = min64(nr, jc + nc - j);
-      const float *b = bpack + s * bstride;
-      for (int64_t ir = 0; ir < mc; ir += mr) {
-        const int64_t rows = min64(mr, mc - ir);
-        const float *a = apack + (ir / mr) * kc * mr;
-        if (g->C16) {
-          /* As below, into tmp, then rounded: the same f32 values. */
-          const bool full = rows == mr && cols == nr;
-          kn->ukr(kc, a, b, tmp, nr, full ? g->alpha : 1.0f, 0.0f);
-          if (!full) merge_edge(tmp, nr, tmp, nr, rows, cols, g->alpha, 0.0f);
-          void *c16 = (char *)g->C16 + ((ic + ir) * g->ldc + j) * 2;
-#if defined(__x86_64__)
-          if (g->c16_avx2) loom_gemm_store16_avx2(tmp, nr, rows, cols, c16, g->ldc, g->cdt == LOOM_F16);
-          else
-#endif
-            loom_gemm_store16(tmp, nr, rows, cols, c16, g->ldc, g->cdt);
-          continue;
-        }
-        float *c = g->C + (ic + ir) * g->ldc + j;
-        if (rows == mr && cols == nr) {
-          kn->ukr(kc, a, b, c, g->ldc, g->alpha, beta);
-        } else {
-          kn->ukr(kc, a, b, tmp, nr, 1.0f, 0.0f);
-          merge_edge(c, g->ldc, tmp, nr, rows, cols, g->alpha, beta);
-        }
-      }
+      const int64_t j = jc + s * kn->nr;
+      sliver_tiles(kn, g, bpack + s * bstride, apack, ic, mc, j, min64(kn->nr, jc + nc - j), kc, beta);
     }
+  }
+}
+
+/* compute_block when the thread's rows fit one MC block and it packs its
+   own B: each B sliver is packed just before the tiles that use it, into
+   bsliv (one sliver, stays in L1). Packing the whole range first writes a
+   kc x (its columns) panel — 512 KiB for a 128 x 1024 x 1024 GEMM on 2
+   threads — out through L2 and reads it back, evicting the packed A. */
+static void compute_block_sliverwise(const loom_gemm_kernel *kn, const gemm_args *g, float *bsliv, float *apack,
+                                     int64_t jc, int64_t nc, int64_t pc, int64_t kc, float beta, int64_t m_lo,
+                                     int64_t m_hi, int64_t s_lo, int64_t s_hi)
+{
+  pack_a(g, kn->mr, m_lo, m_hi - m_lo, pc, kc, apack);
+  for (int64_t s = s_lo; s < s_hi; s++) {
+    const int64_t j = jc + s * kn->nr;
+    pack_b_range(g, kn->nr, pc, kc, jc, nc, s, s + 1, bsliv, 0); /* bstride 0: sliver s lands at bsliv */
+    sliver_tiles(kn, g, bsliv, apack, m_lo, m_hi - m_lo, j, min64(kn->nr, jc + nc - j), kc, beta);
   }
 }
 
@@ -563,11 +585,19 @@ static bool gemm_builtin(const gemm_args *g)
     if (tm > 1 && (double)M * (double)min64(N, kn->nc) * (double)kc_max < 1048576.0) nt = 1;
   }
 
+  /* Rows within one MC block and B packed privately (no M split): each
+     thread packs B sliver by sliver into its own L1-sized buffer
+     (compute_block_sliverwise) and needs no B panel. */
+  int tm0 = 1, tn0 = nt;
+  if (nt > 1) thread_grid(nt, mtiles, ntiles, &tm0, &tn0);
+  const bool sliverwise = M <= kn->mc && tm0 == 1;
+
   /* 16 floats = 64 bytes: keep every buffer cache-line aligned. Two B panels
      when threaded (double buffering: slice p+1 is packed while a slow thread
-     may still read slice p), one A block per thread. */
-  const int64_t b_floats = ceil_div(kc_max * nc_max, 16) * 16;
-  const int64_t a_floats = ceil_div(kc_max * mc_max, 16) * 16;
+     may still read slice p), one A block per thread (and one B sliver when
+     sliverwise). */
+  const int64_t b_floats = sliverwise ? 0 : ceil_div(kc_max * nc_max, 16) * 16;
+  const int64_t a_floats = ceil_div(kc_max * mc_max, 16) * 16 + (sliverwise ? ceil_div(kc_max * nr, 16) * 16 : 0);
   const int nbbuf = nt > 1 ? 2 : 1;
   const size_t bytes = (size_t)(nbbuf * b_floats + (int64_t)nt * a_floats) * sizeof(float);
   float *buf = loom_sys_aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
@@ -588,8 +618,11 @@ static bool gemm_builtin(const gemm_args *g)
     team = omp_get_num_threads(); /* may be fewer than asked for */
 #endif
     float *apack = apack_all + (int64_t)tid * a_floats;
-    int tm, tn;
-    thread_grid(team, mtiles, ntiles, &tm, &tn);
+    float *bsliv = apack + ceil_div(kc_max * mc_max, 16) * 16; /* sliverwise only */
+    int tm = 1, tn = team;
+    /* Without a B panel (sliverwise), a smaller team than asked for keeps
+       private packing: a 1 x team grid is always valid. */
+    if (!sliverwise) thread_grid(team, mtiles, ntiles, &tm, &tn);
     const bool shared_b = tm > 1; /* same decision in every thread of the team */
     const int ti = tid / tn, tj = tid % tn;
     const int64_t m_lo = min64(M, (mtiles * ti / tm) * mr);
@@ -628,6 +661,10 @@ static bool gemm_builtin(const gemm_args *g)
             pack_b_sliver(g, nr, pc, kc, jc + s * nr, min64(nr, nc - s * nr), bpack + s * bstride);
         } else {
           /* Only this thread reads slivers [s_lo, s_hi): no barrier needed. */
+          if (sliverwise) {
+            compute_block_sliverwise(kn, g, bsliv, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
+            continue;
+          }
           pack_b_range(g, nr, pc, kc, jc, nc, s_lo, s_hi, bpack, bstride);
         }
         compute_block(kn, g, bpack, bstride, apack, jc, nc, pc, kc, beta, m_lo, m_hi, s_lo, s_hi);
