@@ -577,27 +577,26 @@ static bool gemm_builtin(const gemm_args *g)
   if ((double)M * (double)N * (double)K < 2097152.0) nt = 1;
   if (nt > mtiles * ntiles) nt = (int)(mtiles * ntiles);
   if (nt < 1) nt = 1;
+  int grid_tm = 1, grid_tn = nt;
   if (nt > 1) {
     /* A grid that shares B synchronizes once per KC slice; only worth it when
        each slice carries enough work (~1M multiply-adds) to hide a barrier. */
-    int tm, tn;
-    thread_grid(nt, mtiles, ntiles, &tm, &tn);
-    if (tm > 1 && (double)M * (double)min64(N, kn->nc) * (double)kc_max < 1048576.0) nt = 1;
+    thread_grid(nt, mtiles, ntiles, &grid_tm, &grid_tn);
+    if (grid_tm > 1 && (double)M * (double)min64(N, kn->nc) * (double)kc_max < 1048576.0) nt = grid_tm = 1;
   }
 
   /* Rows within one MC block and B packed privately (no M split): each
      thread packs B sliver by sliver into its own L1-sized buffer
      (compute_block_sliverwise) and needs no B panel. */
-  int tm0 = 1, tn0 = nt;
-  if (nt > 1) thread_grid(nt, mtiles, ntiles, &tm0, &tn0);
-  const bool sliverwise = M <= kn->mc && tm0 == 1;
+  const bool sliverwise = M <= kn->mc && grid_tm == 1;
 
   /* 16 floats = 64 bytes: keep every buffer cache-line aligned. Two B panels
      when threaded (double buffering: slice p+1 is packed while a slow thread
      may still read slice p), one A block per thread (and one B sliver when
      sliverwise). */
   const int64_t b_floats = sliverwise ? 0 : ceil_div(kc_max * nc_max, 16) * 16;
-  const int64_t a_floats = ceil_div(kc_max * mc_max, 16) * 16 + (sliverwise ? ceil_div(kc_max * nr, 16) * 16 : 0);
+  const int64_t a_block = ceil_div(kc_max * mc_max, 16) * 16;
+  const int64_t a_floats = a_block + (sliverwise ? ceil_div(kc_max * nr, 16) * 16 : 0);
   const int nbbuf = nt > 1 ? 2 : 1;
   const size_t bytes = (size_t)(nbbuf * b_floats + (int64_t)nt * a_floats) * sizeof(float);
   float *buf = loom_sys_aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
@@ -618,7 +617,7 @@ static bool gemm_builtin(const gemm_args *g)
     team = omp_get_num_threads(); /* may be fewer than asked for */
 #endif
     float *apack = apack_all + (int64_t)tid * a_floats;
-    float *bsliv = apack + ceil_div(kc_max * mc_max, 16) * 16; /* sliverwise only */
+    float *bsliv = apack + a_block; /* sliverwise only */
     int tm = 1, tn = team;
     /* Without a B panel (sliverwise), a smaller team than asked for keeps
        private packing: a 1 x team grid is always valid. */
