@@ -307,7 +307,8 @@ Test(cpu_lowp, optimizer_avx2_matches_scalar) {
 
 /* The mixed-precision step's deferred gradients (optim_kernels.h grad16):
  * each update block widens its part of the 16-bit gradient into the f32
- * one first. Against the gradients widened beforehand by the unscale pass
+ * one first (the AVX2 runs widen it in registers and store it as they go).
+ * Against the gradients widened beforehand by the unscale pass
  * at scale 1 (what the step did before): the same gradients, parameters,
  * moments and copies, bit for bit — non-finite gradients included (a
  * signalling NaN comes out quieted, as the pass's multiply makes it). */
@@ -325,6 +326,7 @@ static void grad16_case(const char *isa) {
       if (n > 40) {
         g16[i][n / 3] = dts[d] == LOOM_BF16 ? 0x7f81 : 0x7c01; /* signalling NaN, vector body */
         g16[i][n - 2] = dts[d] == LOOM_BF16 ? 0xff80 : 0xfc00; /* -inf, tail */
+        g16[i][n - 1] = dts[d] == LOOM_BF16 ? 0xff81 : 0xfc01; /* signalling NaN, tail */
       }
       const loom_amp_unscale_item it = {g16[i], a.g[i], n, (int32_t)dts[d], 0};
       cr_assert_eq(loom_cpu_amp_unscale(&it, 1, 1.0f, NULL), LOOM_OK);

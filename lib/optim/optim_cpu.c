@@ -20,6 +20,7 @@ static bool use_avx2(const loom_param_group *g) {
   if (loom_cpu_isa_level_now() < LOOM_CPU_ISA_AVX2) return false;
   bool any_lowp = false;
   for (int i = 0; g->lowp && i < g->n; i++) any_lowp |= g->lowp[i] != NULL;
+  if (g->grad16 && g->grad16_dtype == LOOM_F16 && !loom_cpu_f16c()) return false;
   return !any_lowp || g->lowp_dtype == LOOM_BF16 || (g->lowp_dtype == LOOM_F16 && loom_cpu_f16c());
 #else
   (void)g;
@@ -35,6 +36,11 @@ static bool use_avx2(const loom_param_group *g) {
 static void take_grad16(const loom_param_group *g, int i, int64_t j0, int64_t j1) {
   if (!g->grad16 || !g->grad16[i]) return;
   loom_cpu_amp_widen_grad(g->grad16[i] + j0, g->grad16_dtype, (float *)g->grad[i] + j0, j1 - j0);
+}
+
+/* Parameter i's deferred 16-bit gradient from element j0 (NULL: none). */
+static inline const uint16_t *grad16_at(const loom_param_group *g, int i, int64_t j0) {
+  return g->grad16 && g->grad16[i] ? g->grad16[i] + j0 : NULL;
 }
 
 /* Refresh elements [j0, j1) of parameter i's low-precision copy (if any),
@@ -60,14 +66,15 @@ loom_status loom_cpu_sgd_step(const loom_param_group *g, const loom_sgd_hparams 
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t blk = 0; blk < nb; blk++) {
       int64_t j0 = blk * LOWP_BLOCK, j1 = j0 + LOWP_BLOCK < n ? j0 + LOWP_BLOCK : n;
-      take_grad16(g, i, j0, j1);
 #if defined(__x86_64__)
       if (vec) {
         uint16_t *lp = g->lowp && g->lowp[i] ? g->lowp[i] + j0 : NULL;
-        loom_sgd_run_avx2(p + j0, m ? m + j0 : NULL, gr + j0, j1 - j0, &k, lp, g->lowp_dtype == LOOM_F16);
+        loom_sgd_run_avx2(p + j0, m ? m + j0 : NULL, (float *)gr + j0, j1 - j0, &k, lp, g->lowp_dtype == LOOM_F16,
+                          grad16_at(g, i, j0), g->grad16_dtype == LOOM_F16);
         continue;
       }
 #endif
+      take_grad16(g, i, j0, j1);
       for (int64_t j = j0; j < j1; j++) {
         float d = gr[j] + wd * p[j];
         if (m) {
@@ -100,14 +107,15 @@ loom_status loom_cpu_adamw_step(const loom_param_group *g, const loom_adamw_hpar
 #pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t blk = 0; blk < nb; blk++) {
       int64_t j0 = blk * LOWP_BLOCK, j1 = j0 + LOWP_BLOCK < n ? j0 + LOWP_BLOCK : n;
-      take_grad16(g, i, j0, j1);
 #if defined(__x86_64__)
       if (vec) {
         uint16_t *lp = g->lowp && g->lowp[i] ? g->lowp[i] + j0 : NULL;
-        loom_adamw_run_avx2(p + j0, m + j0, v + j0, gr + j0, j1 - j0, &k, lp, g->lowp_dtype == LOOM_F16);
+        loom_adamw_run_avx2(p + j0, m + j0, v + j0, (float *)gr + j0, j1 - j0, &k, lp, g->lowp_dtype == LOOM_F16,
+                            grad16_at(g, i, j0), g->grad16_dtype == LOOM_F16);
         continue;
       }
 #endif
+      take_grad16(g, i, j0, j1);
       for (int64_t j = j0; j < j1; j++) {
         float gj = gr[j];
         float mj = b1 * m[j] + c1 * gj;

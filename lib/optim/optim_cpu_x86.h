@@ -21,12 +21,15 @@ typedef struct loom_sgd_consts {
 
 #if defined(__x86_64__)
 /* Elements [0, n) of one parameter: p, m, v updated in place; lowp (NULL:
- * none) receives p rounded to f16 (f16) or bf16. */
-void loom_adamw_run_avx2(float *p, float *m, float *v, const float *g, int64_t n, const loom_adamw_consts *c,
-                         uint16_t *lowp, bool f16);
+ * none) receives p rounded to f16 (f16) or bf16. g16 (NULL: none) is a
+ * deferred 16-bit gradient (f16 when g16_f16, else bf16): widened in
+ * registers, written into g and used (loom_param_group's grad16, without
+ * the separate widening pass); otherwise g is only read. */
+void loom_adamw_run_avx2(float *p, float *m, float *v, float *g, int64_t n, const loom_adamw_consts *c,
+                         uint16_t *lowp, bool f16, const uint16_t *g16, bool g16_f16);
 /* m NULL: no momentum. */
-void loom_sgd_run_avx2(float *p, float *m, const float *g, int64_t n, const loom_sgd_consts *c, uint16_t *lowp,
-                       bool f16);
+void loom_sgd_run_avx2(float *p, float *m, float *g, int64_t n, const loom_sgd_consts *c, uint16_t *lowp,
+                       bool f16, const uint16_t *g16, bool g16_f16);
 #endif
 
 #endif

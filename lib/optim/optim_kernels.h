@@ -20,8 +20,9 @@ typedef struct loom_param_group {
   loom_dtype lowp_dtype;
   const int64_t *numel;
   /* CPU, mixed precision: NULL or per-param 16-bit gradients (entries may
-   * be NULL) of dtype grad16_dtype not yet in grad: each block first widens
-   * its part into grad (which it then reads from cache), as
+   * be NULL) of dtype grad16_dtype not yet in grad: each block widens its
+   * part into grad as it updates (the AVX2 runs in registers, storing grad
+   * as they go; the portable loops first, then read it from cache), as
    * loom_amp_unscale_grads_deferred arranged. */
   const uint16_t **grad16;
   loom_dtype grad16_dtype;
