@@ -2,9 +2,11 @@
  * add_relu, pooling and dropout (ResNet shapes, NCHW and NHWC, f32) against
  * memcpy moving the same number of bytes.
  *
- * Usage: bench_cnn_ops [threads=2] [rounds=5] [filter]
+ * Usage: bench_cnn_ops [threads=2] [rounds=5] [filter|all] [dtype=f32|bf16|f16]
+ * dtype: the activations' and gradients' type (batch norm's weights and
+ * statistics stay f32, as under loom's mixed precision policy).
  * Prints one line per (op, shape, format):
- *   bench=cnn_ops op=... shape=NxCxHxW format=nchw|nhwc dtype=f32 threads=T ms=... gbps=... memcpy_gbps=...
+ *   bench=cnn_ops op=... shape=NxCxHxW format=nchw|nhwc dtype=... threads=T ms=... gbps=... memcpy_gbps=...
  *       vs_memcpy=...
  * bytes = the compulsory traffic of the op (each input read once, each
  * output written once: batch norm's training forward reads x twice, which
@@ -61,7 +63,11 @@ typedef struct state {
   double bytes;
 } state;
 
+static loom_dtype g_dt = LOOM_F32; /* the data's dtype (main's dtype argument) */
+
+/* A data tensor: cast to g_dt, in the case's layout. */
 static loom_tensor *fmt(loom_tensor *t, bool nhwc) {
+  if (t && g_dt != LOOM_F32) t = loom_cast(t, g_dt);
   return nhwc ? loom_to_memory_format(t, LOOM_FORMAT_NHWC) : t;
 }
 
@@ -81,7 +87,7 @@ static int setup(state *s, const bcase *c, bool nhwc) {
   memset(s, 0, sizeof *s);
   s->c = c;
   const int64_t *sh = c->shape, C = sh[1];
-  double n = (double)(sh[0] * sh[1] * sh[2] * sh[3]), e = 4.0;
+  double n = (double)(sh[0] * sh[1] * sh[2] * sh[3]), e = (double)loom_dtype_size(g_dt);
   loom_device cpu = loom_cpu();
   s->x = fmt(loom_randn(4, sh, LOOM_F32, cpu), nhwc);
   s->x2 = fmt(loom_randn(4, sh, LOOM_F32, cpu), nhwc);
@@ -121,8 +127,7 @@ static int setup(state *s, const bcase *c, bool nhwc) {
       s->y = loom_op_run(mx ? LOOM_OP_MAX_POOL2D : gap ? LOOM_OP_ADAPTIVE_AVG_POOL2D : LOOM_OP_AVG_POOL2D, &a);
       if (!s->y) return 0;
       s->idx = mx ? a.out[1] : NULL;
-      s->gpool = loom_to_memory_format(loom_randn(4, loom_tensor_shape(s->y), LOOM_F32, cpu),
-                                       nhwc ? LOOM_FORMAT_NHWC : LOOM_FORMAT_NCHW);
+      s->gpool = fmt(loom_randn(4, loom_tensor_shape(s->y), LOOM_F32, cpu), nhwc);
       double no = (double)loom_tensor_numel(s->y);
       s->bytes = n * e + no * e + (mx ? no * 4 : 0);
       break;
@@ -240,9 +245,11 @@ static double time_memcpy(char *dst, const char *src, size_t n) {
 
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 2, rounds = argc > 2 ? atoi(argv[2]) : 5;
-  const char *filter = argc > 3 ? argv[3] : NULL;
-  if (threads < 1 || rounds < 1) {
-    fprintf(stderr, "usage: bench_cnn_ops [threads=2] [rounds=5] [filter]\n");
+  const char *filter = argc > 3 && strcmp(argv[3], "all") ? argv[3] : NULL;
+  const char *dtn = argc > 4 ? argv[4] : "f32";
+  g_dt = !strcmp(dtn, "bf16") ? LOOM_BF16 : !strcmp(dtn, "f16") ? LOOM_F16 : LOOM_F32;
+  if (threads < 1 || rounds < 1 || (g_dt == LOOM_F32 && strcmp(dtn, "f32"))) {
+    fprintf(stderr, "usage: bench_cnn_ops [threads=2] [rounds=5] [filter|all] [dtype=f32|bf16|f16]\n");
     return 2;
   }
   loom_set_num_threads(threads);
@@ -280,10 +287,11 @@ int main(int argc, char **argv) {
         if (m < best_mc) best_mc = m;
       }
       double gbps = s.bytes / best / 1e9, mgbps = 2.0 * (double)half / best_mc / 1e9;
-      printf("bench=cnn_ops op=%s shape=%lldx%lldx%lldx%lld format=%s dtype=f32 threads=%d ms=%.4f gbps=%.2f "
+      printf("bench=cnn_ops op=%s shape=%lldx%lldx%lldx%lld format=%s dtype=%s threads=%d ms=%.4f gbps=%.2f "
              "memcpy_gbps=%.2f vs_memcpy=%.3f\n",
              NAMES[c->op], (long long)c->shape[0], (long long)c->shape[1], (long long)c->shape[2],
-             (long long)c->shape[3], f ? "nhwc" : "nchw", threads, best * 1e3, gbps, mgbps, gbps / mgbps);
+             (long long)c->shape[3], f ? "nhwc" : "nchw", loom_dtype_name(g_dt), threads, best * 1e3, gbps, mgbps,
+             gbps / mgbps);
       fflush(stdout);
       loom_scope_end();
     }

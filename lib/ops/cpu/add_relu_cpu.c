@@ -2,11 +2,13 @@
  * backward. The public function gives a, b and the result one shape and one
  * dense layout (NCHW or NHWC), so both walk memory straight through in one
  * pass: forward reads a and b and writes y; backward reads gy and y and
- * writes the masked gradient for each input that needs one. */
+ * writes the masked gradient for each input that needs one. f16/bf16 run
+ * in registers on AVX2 (ew16_x86.h), elsewhere through f32 buffers. */
 #include <omp.h>
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/ew16_x86.h"
 
 #define RUN 4096  /* elements per task */
 
@@ -16,9 +18,14 @@ loom_status loom_cpu_add_relu(loom_op_args *a) {
   int64_t n = loom_shape_numel(x->ndim, x->shape);
   const void *px = loom_tensor_ptr(x), *pz = loom_tensor_ptr(z);
   void *py = loom_tensor_ptr(y);
+  const bool r16 = loom_ew16_avx2_ok(dt);
 #pragma omp parallel for schedule(static) if (n >= LOOM_CPU_PAR_MIN)
   for (int64_t e0 = 0; e0 < n; e0 += RUN) {
     int64_t m = n - e0 < RUN ? n - e0 : RUN;
+    if (r16) {
+      loom_ew16_add_relu_avx2((const uint16_t *)px + e0, (const uint16_t *)pz + e0, (uint16_t *)py + e0, m, dt);
+      continue;
+    }
     float ba[RUN], bb[RUN], bo[RUN];
     const float *u = loom_cpu_span_f32(px, dt, e0, m, ba), *v = loom_cpu_span_f32(pz, dt, e0, m, bb);
     float *o = loom_cpu_out_f32(py, dt, e0, bo);
@@ -40,9 +47,15 @@ loom_status loom_cpu_add_relu_backward(loom_op_args *a) {
   void *d0 = o0 ? loom_tensor_ptr(o0) : NULL, *d1 = o1 ? loom_tensor_ptr(o1) : NULL;
   if (!d0) d0 = d1, d1 = NULL;
   if (!d0) return LOOM_OK;
+  const bool r16 = loom_ew16_avx2_ok(dt) && gy->dtype == dt;
 #pragma omp parallel for schedule(static) if (n >= LOOM_CPU_PAR_MIN)
   for (int64_t e0 = 0; e0 < n; e0 += RUN) {
     int64_t m = n - e0 < RUN ? n - e0 : RUN;
+    if (r16) {
+      loom_ew16_relu_mask_avx2((const uint16_t *)pg + e0, (const uint16_t *)py + e0, (uint16_t *)d0 + e0,
+                               d1 ? (uint16_t *)d1 + e0 : NULL, m, dt);
+      continue;
+    }
     float bg[RUN], by[RUN], bo[RUN];
     const float *g = loom_cpu_span_f32(pg, dt, e0, m, bg), *v = loom_cpu_span_f32(py, dt, e0, m, by);
     float *o = loom_cpu_out_f32(d0, dt, e0, bo);

@@ -1,12 +1,14 @@
 /* elementwise_cpu.c — CPU kernels for elementwise ops with broadcasting and
  * for strided copies/casts. f32 runs straight on the data; f16/bf16 are
  * converted in short runs to f32, computed, and rounded back (the same
- * arithmetic the GPU does). */
+ * arithmetic the GPU does), contiguous add/sub/mul/div in registers on AVX2
+ * (ew16_x86.h). */
 #include <omp.h>
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/cpu_isa.h"
+#include "ops/cpu/ew16_x86.h"
 #include "ops/elementwise_math.h"
 
 #define RUN 256  /* elements converted per run for non-f32 dtypes */
@@ -99,6 +101,9 @@ static void bin_row(int op, loom_dtype dt, const char *pa, int64_t sa, const cha
     bin_f32(op, (const float *)pa, sa, (const float *)pb, sb, (float *)po, n);
     return;
   }
+  if (sa == 1 && sb == 1 && so == 1 && loom_ew16_avx2_ok(dt) &&
+      loom_ew16_binary_avx2(op, (const uint16_t *)pa, (const uint16_t *)pb, (uint16_t *)po, n, dt))
+    return;
   float ta[RUN], tb[RUN], to[RUN];
   for (int64_t j0 = 0; j0 < n; j0 += RUN) {
     int64_t m = n - j0 < RUN ? n - j0 : RUN;
