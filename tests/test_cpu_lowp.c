@@ -438,3 +438,58 @@ Test(cpu_lowp, ew16_runs_match_buffered) {
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) ew16_case(dts[d], ns[i]);
   loom_scope_end();
 }
+
+/* ---- batch norm on 16-bit NHWC data in registers (batch_norm16_x86.h) ----- */
+
+/* Training forward (with and without the fused ReLU) and backward (dx,
+ * dweight, dbias) on an NHWC tensor, AVX2 against the portable build: the
+ * same bits in every output and in the running statistics. C = 24 runs the
+ * register loops (3 groups of 8), C = 12 the buffered fallback on both. */
+static void bn16_case(loom_dtype dt, int64_t C, int act) {
+  const int64_t shape[4] = {6, C, 5, 7};
+  loom_device cpu = loom_cpu();
+  loom_tensor *x = loom_to_memory_format(rand16(4, shape, dt), LOOM_FORMAT_NHWC);
+  loom_tensor *gy = loom_to_memory_format(rand16(4, shape, dt), LOOM_FORMAT_NHWC);
+  loom_tensor *w = loom_randn(1, &C, LOOM_F32, cpu), *b = loom_randn(1, &C, LOOM_F32, cpu);
+  cr_assert(x && gy && w && b, "%s", loom_last_error());
+  loom_tensor *out[2][7];
+  for (int v = 0; v < 2; v++) {
+    loom_tensor *rm = loom_zeros(1, &C, LOOM_F32, cpu), *rv = loom_ones(1, &C, LOOM_F32, cpu);
+    cr_assert_eq(loom_set_cpu_isa(v ? "scalar" : "avx2"), LOOM_OK);
+    loom_op_args f = {.in = {x, w, b, rm, rv}, .n_in = 5};
+    f.i[0] = 1;
+    f.i[1] = act;
+    f.f[0] = 0.1;
+    f.f[1] = 1e-5;
+    loom_tensor *y = loom_op_run(LOOM_OP_BATCH_NORM, &f);
+    cr_assert(y, "%s", loom_last_error());
+    loom_op_args g = {.in = {gy, x, w, b, f.out[1]}, .n_in = 5};
+    g.i[0] = 1;
+    g.i[1] = act;
+    g.i[2] = g.i[3] = g.i[4] = 1;
+    cr_assert(loom_op_run(LOOM_OP_BATCH_NORM_BACKWARD, &g), "%s", loom_last_error());
+    loom_tensor *o[7] = {y, f.out[1], rm, rv, g.out[0], g.out[1], g.out[2]};
+    for (int k = 0; k < 7; k++) out[v][k] = o[k];
+  }
+  loom_set_cpu_isa(NULL);
+  static const char *what[7] = {"y", "saved statistics", "running mean", "running var", "dx", "dweight", "dbias"};
+  for (int k = 0; k < 7; k++) {
+    const loom_tensor *p = out[0][k], *q = out[1][k];
+    const size_t bytes = (size_t)loom_tensor_numel(p) * loom_dtype_size(loom_tensor_dtype(p));
+    cr_assert_eq(loom_tensor_dtype(p), loom_tensor_dtype(q));
+    cr_assert(!memcmp(loom_tensor_data(p), loom_tensor_data(q), bytes), "batch norm %s, C=%lld, act %d: %s differs",
+              loom_dtype_name(dt), (long long)C, act, what[k]);
+  }
+}
+
+Test(cpu_lowp, batch_norm16_nhwc_matches_buffered) {
+  if (!loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) cr_skip_test("the CPU cannot run avx2");
+  loom_scope_begin();
+  const loom_dtype dts[2] = {LOOM_BF16, LOOM_F16};
+  for (int d = 0; d < 2; d++)
+    for (int act = 0; act < 2; act++) {
+      bn16_case(dts[d], 24, act ? LOOM_ACT_RELU : LOOM_ACT_NONE);
+      bn16_case(dts[d], 12, act ? LOOM_ACT_RELU : LOOM_ACT_NONE);
+    }
+  loom_scope_end();
+}

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "ops/cnn_math.h"
+#include "ops/cpu/batch_norm16_x86.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/shape_rules.h"
@@ -297,6 +298,8 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
     return loom_set_error(LOOM_ERR_OOM, "batch_norm: out of host memory for %lld channels", (long long)C);
   }
   float *K = scratch + nt * per_thread;
+  /* 16-bit data on AVX2: the row loops widen and round in registers. */
+  const bool r16 = loom_bn16_avx2_ok(f->dt, C);
   if (training) {
     const float *x0 = span_f32(f->x, f->dt, 0, C, scratch);
     for (int64_t c = 0; c < C; c++) K[c] = x0[c];
@@ -314,7 +317,8 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
         for (int64_t rb = r0; rb < r1; rb += RB) {
           int64_t nr = r1 - rb < RB ? r1 - rb : RB;
           for (int64_t c = 0; c < C; c++) a1[c] = a2[c] = 0.0f;
-          acc_rows_shifted(span_f32(f->x, f->dt, rb * C, nr * C, buf), nr, C, K, a1, a2);
+          if (r16) loom_bn16_acc_rows_shifted((const uint16_t *)f->x + rb * C, nr, C, K, a1, a2, f->dt);
+          else acc_rows_shifted(span_f32(f->x, f->dt, rb * C, nr * C, buf), nr, C, K, a1, a2);
           for (int64_t c = 0; c < C; c++) p1[c] += a1[c], p2[c] += a2[c];
         }
       }
@@ -332,6 +336,11 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
       tile_rows(rows, ntiles, t, &r0, &r1);
       for (int64_t rb = r0; rb < r1; rb += RB) {
         int64_t nr = r1 - rb < RB ? r1 - rb : RB;
+        if (r16) {
+          loom_bn16_apply_rows((const uint16_t *)f->x + rb * C, (uint16_t *)f->y + rb * C, nr, C, f->sc, f->sh,
+                               f->relu, f->dt);
+          continue;
+        }
         const float *p = span_f32(f->x, f->dt, rb * C, nr * C, buf);
         float *q = out_f32(f->y, f->dt, rb * C, obuf);
         apply_rows(p, q, nr, C, f->sc, f->sh, f->relu);
@@ -457,6 +466,7 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
     loom_sys_free(part);
     return loom_set_error(LOOM_ERR_OOM, "batch_norm backward: out of host memory for %lld channels", (long long)C);
   }
+  const bool r16 = loom_bn16_avx2_ok(b->dt, C); /* as in forward_interleaved */
 #pragma omp parallel num_threads(nt)
   {
     float *mine = scratch + omp_get_thread_num() * per_thread;
@@ -470,8 +480,12 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
         for (int64_t rb = r0; rb < r1; rb += RB) {
           int64_t nr = r1 - rb < RB ? r1 - rb : RB;
           for (int64_t c = 0; c < C; c++) a1[c] = a2[c] = 0.0f;
-          acc_grad_rows(span_f32(b->gy, b->dt, rb * C, nr * C, gbuf), span_f32(b->x, b->dt, rb * C, nr * C, xbuf), nr,
-                        C, b->mean, b->sc, b->sh, b->relu, a1, a2);
+          if (r16)
+            loom_bn16_acc_grad_rows((const uint16_t *)b->gy + rb * C, (const uint16_t *)b->x + rb * C, nr, C, b->mean,
+                                    b->sc, b->sh, b->relu, a1, a2, b->dt);
+          else
+            acc_grad_rows(span_f32(b->gy, b->dt, rb * C, nr * C, gbuf), span_f32(b->x, b->dt, rb * C, nr * C, xbuf),
+                          nr, C, b->mean, b->sc, b->sh, b->relu, a1, a2);
           for (int64_t c = 0; c < C; c++) p1[c] += a1[c], p2[c] += a2[c];
         }
       }
@@ -489,6 +503,12 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
         tile_rows(rows, ntiles, t, &r0, &r1);
         for (int64_t rb = r0; rb < r1; rb += RB) {
           int64_t nr = r1 - rb < RB ? r1 - rb : RB;
+          if (r16) {
+            loom_bn16_dx_rows((const uint16_t *)b->gy + rb * C, (const uint16_t *)b->x + rb * C,
+                              (uint16_t *)b->dx + rb * C, nr, C, b->mean, b->sc, b->sh, b->relu, b->k, b->q, b->r,
+                              b->dt);
+            continue;
+          }
           float *d = out_f32(b->dx, b->dt, rb * C, obuf);
           dx_rows(span_f32(b->gy, b->dt, rb * C, nr * C, gbuf), span_f32(b->x, b->dt, rb * C, nr * C, xbuf), d, nr, C,
                   b->mean, b->sc, b->sh, b->relu, b->k, b->q, b->r);
