@@ -439,13 +439,14 @@ Test(cpu_lowp, ew16_runs_match_buffered) {
   loom_scope_end();
 }
 
-/* ---- batch norm on 16-bit NHWC data in registers (batch_norm16_x86.h) ----- */
+/* ---- batch norm's NHWC row loops on AVX2 (batch_norm_x86.h) --------------- */
 
 /* Training forward (with and without the fused ReLU) and backward (dx,
  * dweight, dbias) on an NHWC tensor, AVX2 against the portable build: the
- * same bits in every output and in the running statistics. C = 24 runs the
- * register loops (3 groups of 8), C = 12 the buffered fallback on both. */
-static void bn16_case(loom_dtype dt, int64_t C, int act) {
+ * same bits in every output and in the running statistics, for f32 and for
+ * 16-bit data. C = 24 runs the AVX2 loops (3 groups of 8), C = 12 the
+ * portable ones on both. */
+static void bn_nhwc_case(loom_dtype dt, int64_t C, int act) {
   const int64_t shape[4] = {6, C, 5, 7};
   loom_device cpu = loom_cpu();
   loom_tensor *x = loom_to_memory_format(rand16(4, shape, dt), LOOM_FORMAT_NHWC);
@@ -482,14 +483,14 @@ static void bn16_case(loom_dtype dt, int64_t C, int act) {
   }
 }
 
-Test(cpu_lowp, batch_norm16_nhwc_matches_buffered) {
+Test(cpu_lowp, batch_norm_nhwc_avx2_matches_portable) {
   if (!loom_cpu_isa_runs(LOOM_CPU_ISA_AVX2)) cr_skip_test("the CPU cannot run avx2");
   loom_scope_begin();
-  const loom_dtype dts[2] = {LOOM_BF16, LOOM_F16};
-  for (int d = 0; d < 2; d++)
+  const loom_dtype dts[3] = {LOOM_F32, LOOM_BF16, LOOM_F16};
+  for (int d = 0; d < 3; d++)
     for (int act = 0; act < 2; act++) {
-      bn16_case(dts[d], 24, act ? LOOM_ACT_RELU : LOOM_ACT_NONE);
-      bn16_case(dts[d], 12, act ? LOOM_ACT_RELU : LOOM_ACT_NONE);
+      bn_nhwc_case(dts[d], 24, act ? LOOM_ACT_RELU : LOOM_ACT_NONE);
+      bn_nhwc_case(dts[d], 12, act ? LOOM_ACT_RELU : LOOM_ACT_NONE);
     }
   loom_scope_end();
 }

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "ops/cnn_math.h"
-#include "ops/cpu/batch_norm16_x86.h"
+#include "ops/cpu/batch_norm_x86.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/shape_rules.h"
@@ -275,6 +275,11 @@ static void forward_planar_apply(const bn_fwd *f) {
   }
 }
 
+/* Element i of data of dtype dt. */
+static void *elem(const void *p, loom_dtype dt, int64_t i) {
+  return (char *)p + (size_t)i * loom_dtype_size(dt);
+}
+
 /* Row block [r0, r1) of an interleaved tensor in blocks of at most BLOCK values. */
 static int64_t rows_per_block(int64_t C) { return C >= BLOCK ? 1 : BLOCK / C; }
 
@@ -298,8 +303,8 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
     return loom_set_error(LOOM_ERR_OOM, "batch_norm: out of host memory for %lld channels", (long long)C);
   }
   float *K = scratch + nt * per_thread;
-  /* 16-bit data on AVX2: the row loops widen and round in registers. */
-  const bool r16 = loom_bn16_avx2_ok(f->dt, C);
+  /* On AVX2 the row loops of batch_norm_x86.c (the same bits). */
+  const bool vx = loom_bn_avx2_ok(f->dt, C);
   if (training) {
     const float *x0 = span_f32(f->x, f->dt, 0, C, scratch);
     for (int64_t c = 0; c < C; c++) K[c] = x0[c];
@@ -317,7 +322,7 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
         for (int64_t rb = r0; rb < r1; rb += RB) {
           int64_t nr = r1 - rb < RB ? r1 - rb : RB;
           for (int64_t c = 0; c < C; c++) a1[c] = a2[c] = 0.0f;
-          if (r16) loom_bn16_acc_rows_shifted((const uint16_t *)f->x + rb * C, nr, C, K, a1, a2, f->dt);
+          if (vx) loom_bn_acc_rows_shifted_avx2(elem(f->x, f->dt, rb * C), nr, C, K, a1, a2, f->dt);
           else acc_rows_shifted(span_f32(f->x, f->dt, rb * C, nr * C, buf), nr, C, K, a1, a2);
           for (int64_t c = 0; c < C; c++) p1[c] += a1[c], p2[c] += a2[c];
         }
@@ -336,9 +341,9 @@ static loom_status forward_interleaved(const bn_fwd *f, bool training) {
       tile_rows(rows, ntiles, t, &r0, &r1);
       for (int64_t rb = r0; rb < r1; rb += RB) {
         int64_t nr = r1 - rb < RB ? r1 - rb : RB;
-        if (r16) {
-          loom_bn16_apply_rows((const uint16_t *)f->x + rb * C, (uint16_t *)f->y + rb * C, nr, C, f->sc, f->sh,
-                               f->relu, f->dt);
+        if (vx) {
+          loom_bn_apply_rows_avx2(elem(f->x, f->dt, rb * C), elem(f->y, f->dt, rb * C), nr, C, f->sc, f->sh, f->relu,
+                                  f->dt);
           continue;
         }
         const float *p = span_f32(f->x, f->dt, rb * C, nr * C, buf);
@@ -466,7 +471,7 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
     loom_sys_free(part);
     return loom_set_error(LOOM_ERR_OOM, "batch_norm backward: out of host memory for %lld channels", (long long)C);
   }
-  const bool r16 = loom_bn16_avx2_ok(b->dt, C); /* as in forward_interleaved */
+  const bool vx = loom_bn_avx2_ok(b->dt, C); /* as in forward_interleaved */
 #pragma omp parallel num_threads(nt)
   {
     float *mine = scratch + omp_get_thread_num() * per_thread;
@@ -480,9 +485,9 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
         for (int64_t rb = r0; rb < r1; rb += RB) {
           int64_t nr = r1 - rb < RB ? r1 - rb : RB;
           for (int64_t c = 0; c < C; c++) a1[c] = a2[c] = 0.0f;
-          if (r16)
-            loom_bn16_acc_grad_rows((const uint16_t *)b->gy + rb * C, (const uint16_t *)b->x + rb * C, nr, C, b->mean,
-                                    b->sc, b->sh, b->relu, a1, a2, b->dt);
+          if (vx)
+            loom_bn_acc_grad_rows_avx2(elem(b->gy, b->dt, rb * C), elem(b->x, b->dt, rb * C), nr, C, b->mean, b->sc,
+                                       b->sh, b->relu, a1, a2, b->dt);
           else
             acc_grad_rows(span_f32(b->gy, b->dt, rb * C, nr * C, gbuf), span_f32(b->x, b->dt, rb * C, nr * C, xbuf),
                           nr, C, b->mean, b->sc, b->sh, b->relu, a1, a2);
@@ -503,10 +508,9 @@ static loom_status backward_interleaved(const bn_bwd *b, bool reduce) {
         tile_rows(rows, ntiles, t, &r0, &r1);
         for (int64_t rb = r0; rb < r1; rb += RB) {
           int64_t nr = r1 - rb < RB ? r1 - rb : RB;
-          if (r16) {
-            loom_bn16_dx_rows((const uint16_t *)b->gy + rb * C, (const uint16_t *)b->x + rb * C,
-                              (uint16_t *)b->dx + rb * C, nr, C, b->mean, b->sc, b->sh, b->relu, b->k, b->q, b->r,
-                              b->dt);
+          if (vx) {
+            loom_bn_dx_rows_avx2(elem(b->gy, b->dt, rb * C), elem(b->x, b->dt, rb * C), elem(b->dx, b->dt, rb * C), nr,
+                                 C, b->mean, b->sc, b->sh, b->relu, b->k, b->q, b->r, b->dt);
             continue;
           }
           float *d = out_f32(b->dx, b->dt, rb * C, obuf);
