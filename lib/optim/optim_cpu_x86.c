@@ -7,7 +7,9 @@
  * operations in the same order (+, -, *, / and sqrt are correctly rounded
  * in both), the target is "avx2" without "fma" and the file is compiled
  * with -ffp-contract=off, so no a*b+c is fused; the f16 copy rounds with
- * F16C (= half.h) and the bf16 copy with half.h's integer rounding. */
+ * F16C (= half.h) and the bf16 copy with half.h's integer rounding. The
+ * one thing left open is which NaN a NaN + NaN returns (IEEE 754 does not
+ * say, and compilers order a commutative +'s operands as they see fit). */
 #include "optim/optim_cpu_x86.h"
 
 #if defined(__x86_64__)
