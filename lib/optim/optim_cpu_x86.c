@@ -19,15 +19,6 @@
 
 #include "core/half.h"
 
-/* The 8 f32 values in x, rounded to dt (f16 or bf16), stored at d. */
-__attribute__((target("avx2,f16c"))) static inline void store8_lowp(uint16_t *d, __m256 x, bool f16) {
-  if (f16) {
-    _mm_storeu_si128((__m128i *)d, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    return;
-  }
-  _mm_storeu_si128((__m128i *)d, loom_bf16x8_avx2(x));
-}
-
 static inline uint16_t lowp1(float x, bool f16) { return f16 ? loom_half_from_f32(x) : loom_bfloat_from_f32(x); }
 
 /* The gradient's 8 values at j. With a deferred 16-bit gradient (g16) they
@@ -73,7 +64,7 @@ RUN_INLINE void adamw_run(float *restrict p, float *restrict m, float *restrict 
     const __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vj), inv), eps);
     const __m256 pj = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p + j), decay), _mm256_div_ps(_mm256_mul_ps(step, mj), den));
     _mm256_storeu_ps(p + j, pj);
-    if (lowp) store8_lowp(lowp + j, pj, f16);
+    if (lowp) loom_narrow8_16_avx2(lowp + j, pj, f16);
   }
   for (; j < n; j++) {
     const float gj = grad1(g, g16, g16_f16, j);
@@ -109,7 +100,7 @@ RUN_INLINE void sgd_run(float *restrict p, float *restrict m, float *restrict g,
     }
     const __m256 r = _mm256_sub_ps(pj, _mm256_mul_ps(lr, d));
     _mm256_storeu_ps(p + j, r);
-    if (lowp) store8_lowp(lowp + j, r, f16);
+    if (lowp) loom_narrow8_16_avx2(lowp + j, r, f16);
   }
   for (; j < n; j++) {
     float d = grad1(g, g16, g16_f16, j) + c->wd * p[j];

@@ -35,8 +35,7 @@ BN_INLINE __m256 ld8(const void *p, int64_t i, loom_dtype dt) {
 
 BN_INLINE void st8(void *p, int64_t i, __m256 x, loom_dtype dt) {
   if (dt == LOOM_F32) _mm256_storeu_ps((float *)p + i, x);
-  else if (dt == LOOM_F16) _mm_storeu_si128((__m128i *)((uint16_t *)p + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-  else _mm_storeu_si128((__m128i *)((uint16_t *)p + i), loom_bf16x8_avx2(x));
+  else loom_narrow8_16_avx2((uint16_t *)p + i, x, dt == LOOM_F16);
 }
 
 /* loom_bn_pre(x) = x * sc + sh, multiplied then added (cnn_math.h). */

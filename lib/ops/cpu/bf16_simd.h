@@ -33,6 +33,12 @@ __attribute__((target("avx2,f16c"))) static inline __m256 loom_widen8_16_avx2(co
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/* 8 f32 lanes rounded to f16 (is_f16: F16C, round to nearest even) or bf16
+ * (loom_bf16x8_avx2) and stored at p: loom_widen8_16_avx2's inverse. */
+__attribute__((target("avx2,f16c"))) static inline void loom_narrow8_16_avx2(uint16_t *p, __m256 x, bool is_f16) {
+  _mm_storeu_si128((__m128i *)p, is_f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : loom_bf16x8_avx2(x));
+}
+
 /* 16 lanes. */
 __attribute__((target("avx512f"))) static inline __m256i loom_bf16x16_avx512(__m512 v) {
   const __m512i x = _mm512_castps_si512(v), bias = _mm512_set1_epi32(0x7fff);

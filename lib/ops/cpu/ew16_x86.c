@@ -27,10 +27,6 @@ bool loom_ew16_avx2_ok(loom_dtype dt) {
   return dt == LOOM_BF16 || loom_cpu_f16c();
 }
 
-EW16_TARGET static inline void store8(uint16_t *d, __m256 x, bool f16) {
-  _mm_storeu_si128((__m128i *)d, f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : loom_bf16x8_avx2(x));
-}
-
 /* The f32 operation of each kernel on 8 lanes. */
 enum { K_ADD, K_SUB, K_MUL, K_DIV, K_ADD_RELU, K_RELU_MASK };
 
@@ -59,8 +55,8 @@ __attribute__((target("avx2,f16c"), always_inline)) static inline void run(int k
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     const __m256 r = op8(k, loom_widen8_16_avx2(a + j, f16), loom_widen8_16_avx2(b + j, f16));
-    store8(o + j, r, f16);
-    if (o1) store8(o1 + j, r, f16);
+    loom_narrow8_16_avx2(o + j, r, f16);
+    if (o1) loom_narrow8_16_avx2(o1 + j, r, f16);
   }
   if (j < n) {
     /* Zero padding is harmless: its lanes are computed and dropped. */
@@ -68,7 +64,7 @@ __attribute__((target("avx2,f16c"), always_inline)) static inline void run(int k
     const size_t m = (size_t)(n - j);
     memcpy(ta, a + j, m * sizeof *ta);
     memcpy(tb, b + j, m * sizeof *tb);
-    store8(to, op8(k, loom_widen8_16_avx2(ta, f16), loom_widen8_16_avx2(tb, f16)), f16);
+    loom_narrow8_16_avx2(to, op8(k, loom_widen8_16_avx2(ta, f16), loom_widen8_16_avx2(tb, f16)), f16);
     memcpy(o + j, to, m * sizeof *to);
     if (o1) memcpy(o1 + j, to, m * sizeof *to);
   }

@@ -400,11 +400,7 @@ __attribute__((target("avx2,f16c"))) void loom_gemm_store16_avx2(const float *t,
     const float *s = t + i * ldt;
     uint16_t *d = (uint16_t *)dst + i * ldd;
     int64_t j = 0;
-    for (; j + 8 <= cols; j += 8) {
-      const __m256 x = _mm256_loadu_ps(s + j);
-      _mm_storeu_si128((__m128i *)(d + j),
-                       is_f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : loom_bf16x8_avx2(x));
-    }
+    for (; j + 8 <= cols; j += 8) loom_narrow8_16_avx2(d + j, _mm256_loadu_ps(s + j), is_f16);
     for (; j < cols; j++) d[j] = is_f16 ? loom_half_from_f32(s[j]) : loom_bfloat_from_f32(s[j]);
   }
 }
