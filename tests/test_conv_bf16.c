@@ -205,6 +205,9 @@ static const ccase odd[] = {
     {"3x3 dilation 2x3, padding 2x3, 8->20", 2, 8, 10, 12, 20, 3, 3, 1, 1, 2, 3, 2, 3, true, false},
     {"2x4 kernel, stride 2x3, 10->18 (col2im)", 3, 10, 9, 13, 18, 2, 4, 2, 3, 1, 2, 1, 1, false, true},
     {"3x3 stride 3, 64 images of 4x4", 64, 16, 4, 4, 16, 3, 3, 3, 3, 1, 1, 1, 1, true, false},
+    /* dW in 16x16 tiles with more than 16 channels, the last block partial */
+    {"3x3 24->32 (dW 16x16 tiles, channels 16 + 8)", 3, 24, 10, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1, true, false},
+    {"3x3 48->64 (dW 16x16 tiles)", 2, 48, 6, 6, 64, 3, 3, 1, 1, 1, 1, 1, 1, false, true},
 };
 
 Test(conv_bf16, resnet20_shapes_within_f32_accumulation_bound) {
