@@ -6,11 +6,12 @@
  *
  * Per chunk of images (rows = images x P output pixels, Kg = KH*KW*C, the
  * weight reordered to wr [O][KH][KW][C] and packed once like the GEMM's B):
- *   forward:  y [rows][O] = x ⊛ wr. Even C: the chunk is copied into a
+ *   forward:  y [rows][O] = x ⊛ wr. The chunk is copied into a
  *             zero-padded buffer and the micro-kernels read each tap's
  *             channel pairs from it (implicit im2col, conv_bf16_x86.c);
- *             odd C: an im2col matrix first. Bias, ReLU and the rounding
- *             to bf16 in the GEMM's epilogue, per finished tile.
+ *             an odd C gets a zero channel there and in the weight.
+ *             Bias, ReLU and the rounding to bf16 in the GEMM's epilogue,
+ *             per finished tile.
  *   backward-data: at stride 1, the forward convolution of dz with the
  *             flipped, channel-swapped weight (padding dh*(KH-1) - ph);
  *             else dcol [rows][Kg] (f32) = dz · wr on the bf16 GEMM,
@@ -172,81 +173,23 @@ static void col2im_add(const loom_conv_geom *g, const float *dcol, float *dx) {
 
 /* ---- forward --------------------------------------------------------------- */
 /* y [N][OH][OW][O] = act(conv(x, wr) + bias) for bf16 x [N][H][W][C] and wr
- * [O][KH][KW][C]; y bf16, or f32 when yf32. The weight is packed once;
- * each chunk's im2col rows feed the micro-kernels as they are
- * (conv_bf16_internal.h), each finished tile goes through the GEMM's
- * epilogue (bias, ReLU, rounding) while in L1. */
-static loom_status forward_im2col(const loom_conv_geom *g, const uint16_t *xp, const uint16_t *wr, const float *bias,
-                                  bool relu, void *yp, bool yf32) {
-#if !defined(__x86_64__)
-  (void)g, (void)xp, (void)wr, (void)bias, (void)relu, (void)yp, (void)yf32;
-  return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d (bf16): no AVX512_BF16 kernel on this architecture");
-#else
-  const int64_t P = g->OH * g->OW, Kg = g->KH * g->KW * g->C, O = g->O, HWC = g->H * g->W * g->C;
-  const int64_t kp = (Kg + 1) / 2, ld = 2 * kp, NR = LOOM_BF16_NR, nsl = (O + NR - 1) / NR;
-  const bool narrow = O <= 16;
-  const int64_t mr = narrow ? 24 : 12;
-  const int64_t per = images_per_chunk(g), nchunk = (g->N + per - 1) / per;
-  const int64_t col_rows = (per * P + mr - 1) / mr * mr, col_vals = col_rows * ld;
-  int nt = threads();
-  const bool split = nt > 1 && nchunk >= nt;
-  if (!split) nt = 1;
-  /* (aligned_alloc sizes: whole multiples of the alignment) */
-  uint32_t *bp = loom_sys_aligned_alloc(64, (size_t)(nsl * kp * NR) * sizeof(uint32_t));
-  uint16_t *cols = loom_sys_aligned_alloc(64, ((size_t)nt * (size_t)col_vals * sizeof(uint16_t) + 63) / 64 * 64);
-  if (!bp || !cols) {
-    loom_sys_free(bp), loom_sys_free(cols);
-    return loom_set_error(LOOM_ERR_OOM, "conv2d (bf16): out of host memory for the im2col buffer (%lld bf16 values)",
-                          (long long)(nt * col_vals));
-  }
-  /* Rows past a chunk's last are multiplied but never stored: zeros. */
-  memset(cols, 0, (size_t)nt * (size_t)col_vals * sizeof(uint16_t));
-  for (int64_t s = 0; s < nsl; s++) loom_gemm_bf16_pack_b(true, wr, Kg, Kg, 0, Kg, s * NR, min64(NR, O - s * NR), bp + s * kp * NR);
-#pragma omp parallel for schedule(static) num_threads(nt) if (split)
-  for (int64_t ch = 0; ch < nchunk; ch++) {
-    const int64_t n0 = ch * per, imgs = min64(per, g->N - n0), rows = imgs * P;
-    uint16_t *col = cols + (size_t)thread_id() * (size_t)col_vals;
-    for (int64_t i = 0; i < imgs; i++) im2col(g, xp + (n0 + i) * HWC, col + i * P * ld, ld);
-    loom_gemm_bf16_out o = {0};
-    if (yf32) o.c = (float *)yp + n0 * P * O, o.ldc = O;
-    else o.y = (uint16_t *)yp + n0 * P * O, o.ldy = O;
-    o.bias = bias;
-    o.relu = relu;
-    float tile[24 * 32] __attribute__((aligned(64)));
-    for (int64_t r0 = 0; r0 < rows; r0 += mr) {
-      const uint32_t *a = (const uint32_t *)(col + r0 * ld);
-      const int64_t nr = min64(mr, rows - r0);
-      if (narrow) {
-        loom_conv_bf16_ukr_24x16(kp, a, kp, bp, tile, 16);
-        loom_gemm_bf16_epilogue(tile, 16, nr, O, r0, 0, &o);
-        continue;
-      }
-      for (int64_t s = 0; s < nsl; s++) {
-        loom_conv_bf16_ukr_12x32(kp, a, kp, bp + s * kp * NR, tile, NR);
-        loom_gemm_bf16_epilogue(tile, NR, nr, min64(NR, O - s * NR), r0, s * NR, &o);
-      }
-    }
-  }
-  loom_sys_free(bp);
-  loom_sys_free(cols);
-  return LOOM_OK;
-#endif
-}
-
-/* The same for an even channel count without the im2col buffer: each
- * chunk of images is copied into a zero-padded NHWC buffer and the
- * micro-kernels read every tap's channel pairs from there
- * (loom_conv_bf16_ukr_taps_*): no column matrix KH*KW times the input's
- * size is written and read back. */
+ * [O][KH][KW][Cs] (Cs: C rounded up to even, the extra channel zero); y
+ * bf16, or f32 when yf32. The weight is packed once; each chunk of images
+ * is copied into a zero-padded NHWC buffer and the micro-kernels read every
+ * tap's channel pairs from there (loom_conv_bf16_ukr_taps_*): no column
+ * matrix KH*KW times the input's size is written and read back. Each
+ * finished tile goes through the GEMM's epilogue (bias, ReLU, rounding)
+ * while in L1. */
 static loom_status forward_implicit(const loom_conv_geom *g, const uint16_t *xp, const uint16_t *wr,
                                     const float *bias, bool relu, void *yp, bool yf32) {
 #if !defined(__x86_64__)
   (void)g, (void)xp, (void)wr, (void)bias, (void)relu, (void)yp, (void)yf32;
   return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d (bf16): no AVX512_BF16 kernel on this architecture");
 #else
-  const int64_t P = g->OH * g->OW, C = g->C, Kg = g->KH * g->KW * C, O = g->O, HWC = g->H * g->W * C;
-  const int64_t cp = C / 2, kp = Kg / 2, NR = LOOM_BF16_NR, nsl = (O + NR - 1) / NR, ntaps = g->KH * g->KW;
-  const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, img = Hp * Wp * C;
+  /* Cs: the padded buffer's (and wr's) channels, C rounded up to a pair */
+  const int64_t P = g->OH * g->OW, C = g->C, Cs = C + (C & 1), Kg = g->KH * g->KW * Cs, O = g->O, HWC = g->H * g->W * C;
+  const int64_t cp = Cs / 2, kp = Kg / 2, NR = LOOM_BF16_NR, nsl = (O + NR - 1) / NR, ntaps = g->KH * g->KW;
+  const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, img = Hp * Wp * Cs;
   const bool narrow = O <= 16;
   const int64_t mr = narrow ? 24 : 12;
   const int64_t per = images_per_chunk(g), nchunk = (g->N + per - 1) / per;
@@ -270,9 +213,16 @@ static loom_status forward_implicit(const loom_conv_geom *g, const uint16_t *xp,
     const int64_t n0 = ch * per, imgs = min64(per, g->N - n0), rows = imgs * P;
     uint16_t *pad = pads + (size_t)thread_id() * (size_t)(per * img);
     for (int64_t i = 0; i < imgs; i++)
-      for (int64_t h = 0; h < g->H; h++)
-        memcpy(pad + i * img + ((h + g->ph) * Wp + g->pw) * C, xp + (n0 + i) * HWC + h * g->W * C,
-               (size_t)(g->W * C) * sizeof(uint16_t));
+      for (int64_t h = 0; h < g->H; h++) {
+        uint16_t *d = pad + i * img + ((h + g->ph) * Wp + g->pw) * Cs;
+        const uint16_t *src = xp + (n0 + i) * HWC + h * g->W * C;
+        if (Cs == C) {
+          memcpy(d, src, (size_t)(g->W * C) * sizeof(uint16_t));
+          continue;
+        }
+        for (int64_t w = 0; w < g->W; w++) /* channel C stays zero */
+          for (int64_t c = 0; c < C; c++) d[w * Cs + c] = src[w * C + c];
+      }
     loom_gemm_bf16_out o = {0};
     if (yf32) o.c = (float *)yp + n0 * P * O, o.ldc = O;
     else o.y = (uint16_t *)yp + n0 * P * O, o.ldy = O;
@@ -310,10 +260,22 @@ static loom_status forward_implicit(const loom_conv_geom *g, const uint16_t *xp,
 #endif
 }
 
+/* wr [O][KH][KW][C]; an odd C runs as C + 1 channels, the last one zero in
+ * the weight and in the padded input (the stem's 3 channels: 2.2x the
+ * im2col path's speed on Zen 4, whose short rows went through memcpy). */
 static loom_status forward_run(const loom_conv_geom *g, const uint16_t *xp, const uint16_t *wr, const float *bias,
                                bool relu, void *yp, bool yf32) {
   if (g->C % 2 == 0) return forward_implicit(g, xp, wr, bias, relu, yp, yf32);
-  return forward_im2col(g, xp, wr, bias, relu, yp, yf32);
+  const int64_t C = g->C, rows = g->O * g->KH * g->KW;
+  uint16_t *w2 = loom_sys_malloc((size_t)(rows * (C + 1)) * sizeof(uint16_t));
+  if (!w2) return loom_set_error(LOOM_ERR_OOM, "conv2d (bf16): out of host memory for the channel-padded weight");
+  for (int64_t r = 0; r < rows; r++) {
+    memcpy(w2 + r * (C + 1), wr + r * C, (size_t)C * sizeof(uint16_t));
+    w2[r * (C + 1) + C] = 0;
+  }
+  loom_status st = forward_implicit(g, xp, w2, bias, relu, yp, yf32);
+  loom_sys_free(w2);
+  return st;
 }
 
 loom_status loom_conv_bf16_forward(const loom_conv_geom *g, const loom_op_args *a) {

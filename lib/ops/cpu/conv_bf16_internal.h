@@ -2,9 +2,6 @@
  * convolution driver (conv_bf16.c) and its AVX512_BF16 micro-kernels
  * (conv_bf16_x86.c).
  *
- * A: im2col rows of 2*lda bf16 values each (lda 32-bit words; row i's
- * pair p, k = 2p and 2p+1 with the even k in the low half, is word
- * a[i*lda + p]); all rows of the tile exist (the driver pads an edge tile).
  * B: kp groups of LOOM_BF16_NR words as loom_gemm_bf16_pack_b makes them,
  * 64-byte aligned. c: the f32 tile, overwritten (no accumulation). */
 #ifndef LOOM_OPS_CPU_CONV_BF16_INTERNAL_H
@@ -15,12 +12,8 @@
 #include "ops/cpu/gemm_bf16_internal.h"
 
 #if defined(__x86_64__)
-/* 12 rows x 32 columns (both halves of a B group). */
-void loom_conv_bf16_ukr_12x32(int64_t kp, const uint32_t *a, int64_t lda, const uint32_t *b, float *c, int64_t ldc);
-/* 24 rows x 16 columns (the low half of each B group). */
-void loom_conv_bf16_ukr_24x16(int64_t kp, const uint32_t *a, int64_t lda, const uint32_t *b, float *c, int64_t ldc);
-
-/* The same tiles without an im2col buffer: row i of the tile is the pixel
+/* 12 rows x 32 columns (both halves of a B group) and 24 rows x 16 columns
+ * (the low half of each), without an im2col buffer: row i of the tile is the pixel
  * whose first tap starts at word off[i] of x (a zero-padded NHWC input with
  * an even channel count, 2*cp values per pixel); tap t adds tapoff[t]
  * words, and its cp pairs meet B groups t*cp .. t*cp+cp-1. */
