@@ -96,15 +96,31 @@ static int thread_id(void) {
 #endif
 }
 
-/* w [O][C][KH][KW] (any strides, bf16) -> wr [O][KH][KW][C] (bit copies). */
-static void reorder_w(const loom_conv_geom *g, const loom_tensor *w, uint16_t *wr) {
+/* A channel count rounded up to whole pairs: the implicit kernels' stride. */
+static inline int64_t pairs_of(int64_t c) { return c + (c & 1); }
+
+/* w [O][C][KH][KW] (any strides, bf16) -> wr [O][KH][KW][cs] (bit copies;
+ * channels C..cs-1 zero). */
+static void reorder_w(const loom_conv_geom *g, const loom_tensor *w, uint16_t *wr, int64_t cs) {
   const uint16_t *base = loom_tensor_ptr(w);
   for (int64_t o = 0; o < g->O; o++)
-    for (int64_t c = 0; c < g->C; c++)
-      for (int64_t kh = 0; kh < g->KH; kh++)
-        for (int64_t kw = 0; kw < g->KW; kw++)
-          wr[((o * g->KH + kh) * g->KW + kw) * g->C + c] =
-              base[o * w->strides[0] + c * w->strides[1] + kh * w->strides[2] + kw * w->strides[3]];
+    for (int64_t kh = 0; kh < g->KH; kh++)
+      for (int64_t kw = 0; kw < g->KW; kw++) {
+        uint16_t *d = wr + ((o * g->KH + kh) * g->KW + kw) * cs;
+        for (int64_t c = 0; c < g->C; c++)
+          d[c] = base[o * w->strides[0] + c * w->strides[1] + kh * w->strides[2] + kw * w->strides[3]];
+        for (int64_t c = g->C; c < cs; c++) d[c] = 0;
+      }
+}
+
+/* The output pixel after (n, oh, ow), in row-major order: walked instead
+ * of divided out of a row index (four divisions per row cost as much as a
+ * fifth of the 16-channel kernels' time). */
+static inline void next_pixel(const loom_conv_geom *g, int64_t *n, int64_t *oh, int64_t *ow) {
+  if (++*ow == g->OW) {
+    *ow = 0;
+    if (++*oh == g->OH) *oh = 0, ++*n;
+  }
 }
 
 /* The input column of tap kw for output column ow, and whether all KW taps
@@ -187,7 +203,7 @@ static loom_status forward_implicit(const loom_conv_geom *g, const uint16_t *xp,
   return loom_set_error(LOOM_ERR_UNSUPPORTED, "conv2d (bf16): no AVX512_BF16 kernel on this architecture");
 #else
   /* Cs: the padded buffer's (and wr's) channels, C rounded up to a pair */
-  const int64_t P = g->OH * g->OW, C = g->C, Cs = C + (C & 1), Kg = g->KH * g->KW * Cs, O = g->O, HWC = g->H * g->W * C;
+  const int64_t P = g->OH * g->OW, C = g->C, Cs = pairs_of(C), Kg = g->KH * g->KW * Cs, O = g->O, HWC = g->H * g->W * C;
   const int64_t cp = Cs / 2, kp = Kg / 2, NR = LOOM_BF16_NR, nsl = (O + NR - 1) / NR, ntaps = g->KH * g->KW;
   const int64_t Hp = g->H + 2 * g->ph, Wp = g->W + 2 * g->pw, img = Hp * Wp * Cs;
   const bool narrow = O <= 16;
@@ -230,18 +246,13 @@ static loom_status forward_implicit(const loom_conv_geom *g, const uint16_t *xp,
     o.relu = relu;
     float tile[24 * 32] __attribute__((aligned(64)));
     int64_t off[24];
-    /* The pixel of row r0, walked forward: a division per row cost as much
-       as a fifth of the 24x16 kernel's time at C = 16. */
-    int64_t wn = 0, woh = 0, wow = 0;
+    int64_t wn = 0, woh = 0, wow = 0; /* the pixel of the next row */
     for (int64_t r0 = 0; r0 < rows; r0 += mr) {
       const int64_t nr = min64(mr, rows - r0);
       for (int64_t i = 0; i < mr; i++) {
         /* rows past the end: any pixel (row r0's), never stored */
         off[i] = i < nr ? wn * (img / 2) + (woh * g->sh * Wp + wow * g->sw) * cp : off[0];
-        if (++wow == g->OW) {
-          wow = 0;
-          if (++woh == g->OH) woh = 0, wn++;
-        }
+        next_pixel(g, &wn, &woh, &wow);
       }
       const uint32_t *xw = (const uint32_t *)pad;
       if (narrow) {
@@ -260,38 +271,20 @@ static loom_status forward_implicit(const loom_conv_geom *g, const uint16_t *xp,
 #endif
 }
 
-/* wr [O][KH][KW][C]; an odd C runs as C + 1 channels, the last one zero in
- * the weight and in the padded input (the stem's 3 channels: 2.2x the
- * im2col path's speed on Zen 4, whose short rows went through memcpy). */
-static loom_status forward_run(const loom_conv_geom *g, const uint16_t *xp, const uint16_t *wr, const float *bias,
-                               bool relu, void *yp, bool yf32) {
-  if (g->C % 2 == 0) return forward_implicit(g, xp, wr, bias, relu, yp, yf32);
-  const int64_t C = g->C, rows = g->O * g->KH * g->KW;
-  uint16_t *w2 = loom_sys_malloc((size_t)(rows * (C + 1)) * sizeof(uint16_t));
-  if (!w2) return loom_set_error(LOOM_ERR_OOM, "conv2d (bf16): out of host memory for the channel-padded weight");
-  for (int64_t r = 0; r < rows; r++) {
-    memcpy(w2 + r * (C + 1), wr + r * C, (size_t)C * sizeof(uint16_t));
-    w2[r * (C + 1) + C] = 0;
-  }
-  loom_status st = forward_implicit(g, xp, w2, bias, relu, yp, yf32);
-  loom_sys_free(w2);
-  return st;
-}
-
 loom_status loom_conv_bf16_forward(const loom_conv_geom *g, const loom_op_args *a) {
   const loom_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
   loom_tensor *y = a->out[0];
-  const int64_t Kg = g->KH * g->KW * g->C, O = g->O;
-  uint16_t *wr = loom_sys_malloc((size_t)(O * Kg) * sizeof(uint16_t));
+  const int64_t Cs = pairs_of(g->C), O = g->O;
+  uint16_t *wr = loom_sys_malloc((size_t)(O * g->KH * g->KW * Cs) * sizeof(uint16_t));
   float *bias = b ? loom_sys_malloc((size_t)O * sizeof(float)) : NULL;
   if (!wr || (b && !bias)) {
     loom_sys_free(wr), loom_sys_free(bias);
     return loom_set_error(LOOM_ERR_OOM, "conv2d (bf16): out of host memory for the weight");
   }
-  reorder_w(g, w, wr);
+  reorder_w(g, w, wr, Cs);
   if (b) loom_cpu_load_f32(loom_tensor_ptr(b), b->dtype, b->strides[0], O, bias);
-  loom_status st = forward_run(g, loom_tensor_ptr(x), wr, bias, g->act == LOOM_ACT_RELU, loom_tensor_ptr(y),
-                               y->dtype == LOOM_F32);
+  loom_status st = forward_implicit(g, loom_tensor_ptr(x), wr, bias, g->act == LOOM_ACT_RELU, loom_tensor_ptr(y),
+                                    y->dtype == LOOM_F32);
   loom_sys_free(wr), loom_sys_free(bias);
   return st;
 }
@@ -311,17 +304,20 @@ static loom_status backward_data_forward(const loom_conv_geom *g, const uint16_t
   t.C = g->O, t.H = g->OH, t.W = g->OW, t.O = g->C, t.OH = g->H, t.OW = g->W;
   t.ph = g->dh * (g->KH - 1) - g->ph, t.pw = g->dw * (g->KW - 1) - g->pw;
   t.Cg = t.C, t.Og = t.O, t.act = LOOM_ACT_NONE;
-  uint16_t *wt = loom_sys_malloc((size_t)(g->O * g->C * g->KH * g->KW) * sizeof(uint16_t));
+  const int64_t Os = pairs_of(g->O); /* wt's channels, the last zero for an odd O */
+  uint16_t *wt = loom_sys_malloc((size_t)(Os * g->C * g->KH * g->KW) * sizeof(uint16_t));
   if (!wt) return loom_set_error(LOOM_ERR_OOM, "conv2d backward (bf16): out of host memory for the weight");
   const uint16_t *base = loom_tensor_ptr(w);
   for (int64_t c = 0; c < g->C; c++)
     for (int64_t kh = 0; kh < g->KH; kh++)
-      for (int64_t kw = 0; kw < g->KW; kw++)
+      for (int64_t kw = 0; kw < g->KW; kw++) {
+        uint16_t *d = wt + ((c * g->KH + kh) * g->KW + kw) * Os;
         for (int64_t o = 0; o < g->O; o++)
-          wt[((c * g->KH + kh) * g->KW + kw) * g->O + o] = base[o * w->strides[0] + c * w->strides[1] +
-                                                                (g->KH - 1 - kh) * w->strides[2] +
-                                                                (g->KW - 1 - kw) * w->strides[3]];
-  loom_status st = forward_run(&t, dz, wt, NULL, false, loom_tensor_ptr(dx), dx->dtype == LOOM_F32);
+          d[o] = base[o * w->strides[0] + c * w->strides[1] + (g->KH - 1 - kh) * w->strides[2] +
+                      (g->KW - 1 - kw) * w->strides[3]];
+        for (int64_t o = g->O; o < Os; o++) d[o] = 0;
+      }
+  loom_status st = forward_implicit(&t, dz, wt, NULL, false, loom_tensor_ptr(dx), dx->dtype == LOOM_F32);
   loom_sys_free(wt);
   return st;
 }
@@ -417,17 +413,13 @@ static loom_status backward_filter_implicit(const loom_conv_geom *g, const uint1
           for (int64_t o = 0; o < O; o++) d[o] = r0[o];
         for (int64_t o = O; o < ldo; o++) d[o] = 0;
       }
-      /* pixel by pixel, walked forward (no division per row) */
       for (int64_t r = 0, n = 0, oh = 0, ow = 0; r < 2 * nq; r++) {
         if (r >= rows) {
           off[r] = per * img; /* the zero tail */
           continue;
         }
         off[r] = n * img + (oh * g->sh * Wp + ow * g->sw) * C;
-        if (++ow == g->OW) {
-          ow = 0;
-          if (++oh == g->OH) oh = 0, n++;
-        }
+        next_pixel(g, &n, &oh, &ow);
       }
       for (int64_t t = 0; t < ntaps; t++)
         for (int64_t c0 = 0; c0 < C; c0 += cb) {
@@ -538,7 +530,7 @@ loom_status loom_conv_bf16_backward(const loom_conv_geom *g, loom_op_args *a) {
     wr = loom_sys_malloc((size_t)(O * Kg) * sizeof(uint16_t));
     if (!wr) st = loom_set_error(LOOM_ERR_OOM, "conv2d backward (bf16): out of host memory for the weight");
     else {
-      reorder_w(g, w, wr);
+      reorder_w(g, w, wr, g->C);
       st = backward_data(g, dz, wr, dx);
     }
   }
