@@ -25,8 +25,8 @@
  * backward-filter) runs on loom's im2col + GEMM path (conv_gemm_cuda.c),
  * logged once per plan and counted (loom_cuda_conv_stats.gemm_runs).
  * Alignment: each tensor is described with the alignment its pointer really
- * has (a 2-byte aligned f16 view is not claimed to be 4-byte aligned; the
- * engines that need more are then not offered).
+ * has, and a pointer under 16-byte alignment goes through an aligned copy
+ * (run_plan_aligned: an engine faulted on a 2-byte aligned f16 view anyway).
  * Precision: f16/bf16 tensors with f32 compute (tensor cores, f32
  * accumulation); the fused graph's intermediates are f32 virtual tensors.
  * Layouts: x, y, dy, dx in the tensor's own strides (NHWC preferred by the
@@ -558,6 +558,35 @@ static loom_tensor *scratch(const loom_tensor *t, loom_dtype dt, bool cl) {
   return s;
 }
 
+/* run_plan with every pointer 16-byte aligned. The engines are told each
+ * pointer's real alignment, yet on the H200 (2026-11-28) an f16 conv2d and
+ * its backward on 2-byte aligned views (the op sweep's sliced layout) still
+ * faulted with "misaligned address", which poisons the whole CUDA context.
+ * So a misaligned tensor reaches cuDNN through a fresh copy (the
+ * allocator's blocks are 512-byte aligned) and an output is copied back;
+ * views at an aligned offset, all that training makes, pass as they are. */
+static loom_status run_plan_aligned(dnn_call c) {
+  loom_tensor **slot[4] = {&c.x, &c.w, &c.y, &c.b};
+  const bool out[4] = {c.kind == BWD_DATA, c.kind == BWD_FILTER, c.kind < BWD_DATA, false};
+  loom_tensor *orig[4] = {c.x, c.w, c.y, c.b}, *tmp[4] = {NULL, NULL, NULL, NULL};
+  loom_status st = LOOM_OK;
+  for (int i = 0; i < 4 && st == LOOM_OK; i++) {
+    loom_tensor *t = orig[i];
+    if (!t || align_class(loom_tensor_ptr(t)) >= 16) continue;
+    tmp[i] = scratch(t, t->dtype, c.g->nhwc);
+    if (!tmp[i]) st = loom_last_status();
+    else if (!out[i]) st = loom_cuda_copy_into(tmp[i], t);  /* outputs are written whole */
+    if (tmp[i]) *slot[i] = tmp[i];
+  }
+  if (st == LOOM_OK) st = run_plan(&c);
+  for (int i = 0; i < 4; i++) {
+    if (!tmp[i]) continue;
+    if (st == LOOM_OK && out[i]) st = loom_cuda_copy_into(orig[i], tmp[i]);
+    loom_tensor_release(tmp[i]);
+  }
+  return st;
+}
+
 /* w in the layout matching x (channels-last for NHWC x), retained or copied. */
 static loom_tensor *weight_for(loom_tensor *w, bool nhwc) {
   bool ok = nhwc ? loom_tensor_is_channels_last(w) : loom_cuda_dense(w);
@@ -596,14 +625,14 @@ loom_status loom_cuda_conv2d(loom_op_args *a) {
   loom_status st = LOOM_ERR_UNSUPPORTED;
   if (g.C > 0 && (b || relu) && !__atomic_load_n(&g_force_unfused, __ATOMIC_RELAXED)) {
     c.kind = b && relu ? FWD_BIAS_RELU : b ? FWD_BIAS : FWD_RELU;
-    st = run_plan(&c);
+    st = run_plan_aligned(c);
     if (st == LOOM_OK) count(3);
   }
   if (st == LOOM_ERR_UNSUPPORTED) {
     /* The plain convolution, then loom's own bias and ReLU kernels. */
     c.kind = FWD;
     c.b = NULL;
-    st = g.C > 0 ? run_plan(&c) : LOOM_OK;
+    st = g.C > 0 ? run_plan_aligned(c) : LOOM_OK;
     if (st == LOOM_ERR_UNSUPPORTED) {
       st = loom_cuda_conv_gemm_forward(&g, x, w, y);
       if (st == LOOM_OK) count(5);
@@ -664,7 +693,7 @@ loom_status loom_cuda_conv2d_backward(loom_op_args *a) {
     if (!wc) st = loom_last_status();
     else {
       dnn_call c = {.dev = x->storage->device, .kind = BWD_DATA, .g = &g, .x = dx, .w = wc, .y = dz};
-      st = run_plan(&c);
+      st = run_plan_aligned(c);
       if (st == LOOM_ERR_UNSUPPORTED) {
         st = loom_cuda_conv_gemm_backward_data(&g, dz, w, dx);
         if (st == LOOM_OK) count(5);
@@ -677,7 +706,7 @@ loom_status loom_cuda_conv2d_backward(loom_op_args *a) {
     if (!dwc) st = loom_last_status();
     else {
       dnn_call c = {.dev = x->storage->device, .kind = BWD_FILTER, .g = &g, .x = x, .w = dwc, .y = dz};
-      st = run_plan(&c);
+      st = run_plan_aligned(c);
       if (st == LOOM_ERR_UNSUPPORTED) {
         st = loom_cuda_conv_gemm_backward_filter(&g, dz, x, dw);  /* dw: contiguous, written directly */
         if (st == LOOM_OK) count(5);

@@ -7,7 +7,7 @@
  * x·wᵀ on cuBLASLt (matmul_lt.c), then linear_ce.cu's row kernel writes
  * each row's lse and loss; one kernel takes the mean at the end. Backward
  * recomputes each chunk's logits, turns them into (softmax - onehot) gy/N
- * in place and runs the two GEMMs: dx rows = dlogits·w, dw += dlogitsᵀ·x
+ * in place (times a power of two for 16-bit operands, see the backward) and runs the two GEMMs: dx rows = dlogits·w, dw += dlogitsᵀ·x
  * (the first chunk overwrites, the others accumulate: beta 1). Chunks run in
  * order on one stream, so the result does not depend on timing. Labels
  * outside [0, V) are reported through device/deferred.c (the CPU fails at
@@ -120,20 +120,24 @@ loom_status loom_cuda_linear_cross_entropy_backward(loom_op_args *a) {
     return LOOM_OK;
   }
   /* 16-bit x and w: the softmax gradient is rounded to dt for the two GEMMs
-   * (as torch.autocast's bf16 lm_head backward), and dw is summed over the
-   * chunks in f32 (Wf) and rounded once at the end. */
+   * (as torch.autocast's bf16 lm_head backward), scaled by a power of two
+   * first (linear_ce.cu: f16 would hold most of it only as subnormals); both
+   * GEMMs sum into f32 (Xf per chunk, Wf over the chunks) and are unscaled
+   * and rounded once. */
   int64_t R = chunk_rows(N, V);
-  void *L = NULL, *Lh = NULL, *Wf = NULL;
+  void *L = NULL, *Lh = NULL, *Wf = NULL, *Xf = NULL;
   loom_status st = loom_alloc_malloc(c->dev, (size_t)(R * V) * sizeof(float), NULL, &L);
   if (st == LOOM_OK && lowp) st = loom_alloc_malloc(c->dev, (size_t)(R * V) * loom_dtype_size(dt), NULL, &Lh);
   if (st == LOOM_OK && lowp && dw) st = loom_alloc_malloc(c->dev, (size_t)(V * E) * sizeof(float), NULL, &Wf);
+  if (st == LOOM_OK && lowp && dx) st = loom_alloc_malloc(c->dev, (size_t)(R * E) * sizeof(float), NULL, &Xf);
   const void *px = loom_tensor_ptr(x), *pw = loom_tensor_ptr(w);
+  const float *pgy = loom_tensor_ptr(gy);
   for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += R) {
     int64_t nr = N - r0 < R ? N - r0 : R;
     st = logits(c, dt, px, pw, r0, nr, V, E, L);
     if (st == LOOM_OK) {
       cudaError_t e = loom_cu_lce_dlogits(L, r0, nr, V, labels->dtype, loom_tensor_ptr(labels), loom_tensor_ptr(lse),
-                                          loom_tensor_ptr(gy), N, c->stream);
+                                          pgy, N, lowp, c->stream);
       if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_lce_dlogits", __FILE__, __LINE__);
     }
     const void *D = L;
@@ -141,14 +145,21 @@ loom_status loom_cuda_linear_cross_entropy_backward(loom_op_args *a) {
       st = convert(c, Lh, dt, L, LOOM_F32, nr * V);
       D = Lh;
     }
-    if (st == LOOM_OK && dx)
-      st = gemm(c, dt, false, false, false, nr, E, V, D, V, pw, E, (void *)row_of(loom_tensor_ptr(dx), dt, r0, E), E,
-                0.0f);
+    void *dxr = dx ? (void *)row_of(loom_tensor_ptr(dx), dt, r0, E) : NULL;
+    if (st == LOOM_OK && dx) st = gemm(c, dt, lowp, false, false, nr, E, V, D, V, pw, E, lowp ? Xf : dxr, E, 0.0f);
+    if (st == LOOM_OK && dx && lowp) {
+      cudaError_t e = loom_cu_lce_unscale(dxr, (int)dt, Xf, nr * E, pgy, N, c->stream);
+      if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_lce_unscale", __FILE__, __LINE__);
+    }
     if (st == LOOM_OK && dw)
       st = gemm(c, dt, lowp, true, false, V, E, nr, D, V, row_of(px, dt, r0, E), E, lowp ? Wf : loom_tensor_ptr(dw), E,
                 r0 == 0 ? 0.0f : 1.0f);
   }
-  if (st == LOOM_OK && dw && lowp) st = convert(c, loom_tensor_ptr(dw), dt, Wf, LOOM_F32, V * E);
+  if (st == LOOM_OK && dw && lowp) {
+    cudaError_t e = loom_cu_lce_unscale(loom_tensor_ptr(dw), (int)dt, Wf, V * E, pgy, N, c->stream);
+    if (e != cudaSuccess) st = loom_cuda_error(e, "loom_cu_lce_unscale", __FILE__, __LINE__);
+  }
+  loom_alloc_free(c->dev, Xf);
   loom_alloc_free(c->dev, L);
   loom_alloc_free(c->dev, Lh);
   loom_alloc_free(c->dev, Wf);

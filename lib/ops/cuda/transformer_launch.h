@@ -9,6 +9,7 @@
 #define LOOM_OPS_CUDA_TRANSFORMER_LAUNCH_H
 
 #include <stdint.h>
+#include <stdbool.h>
 #include <cuda_runtime_api.h>
 
 #include "ops/cuda/cuda_launch.h" /* loom_cu_deferred_error */
@@ -70,9 +71,13 @@ cudaError_t loom_cu_lce_rows(const float *L, int64_t r0, int64_t nr, int64_t V, 
  * any, published as LOOM_DEFERRED_LINEAR_CROSS_ENTROPY. */
 cudaError_t loom_cu_lce_mean(const double *row_loss, int64_t N, float *out, int64_t V, int ldt, const void *labels,
                              unsigned long long *bad, loom_cu_deferred_error *rec, cudaStream_t s);
-/* Backward: L <- (exp(L - lse) - onehot(label)) * (*gy) / N in place. */
+/* Backward: L <- (exp(L - lse) - onehot(label)) * (*gy) / N in place,
+ * times a power of two when scaled (for rounding to 16 bits; linear_ce.cu). */
 cudaError_t loom_cu_lce_dlogits(float *L, int64_t r0, int64_t nr, int64_t V, int ldt, const void *labels,
-                                const float *lse, const float *gy, int64_t N, cudaStream_t s);
+                                const float *lse, const float *gy, int64_t N, bool scaled, cudaStream_t s);
+/* dst[i] (dtype dt) = src[i] times the inverse of that power of two, rounded once. */
+cudaError_t loom_cu_lce_unscale(void *dst, int dt, const float *src, int64_t n, const float *gy, int64_t N,
+                                cudaStream_t s);
 
 #ifdef __cplusplus
 }
