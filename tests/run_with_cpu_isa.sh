@@ -1,10 +1,11 @@
 #!/bin/sh
 # run_with_cpu_isa.sh ISA PROGRAM [ARGS...] — run a test program with
-# LOOM_CPU_ISA=ISA (avx512bf16, avx512, avx2 or scalar); exit 77, which ctest counts as
+# LOOM_CPU_ISA=ISA (amxbf16, avx512bf16, avx512, avx2 or scalar); exit 77, which ctest counts as
 # skipped, when this CPU cannot run ISA.
 isa=$1
 shift
 case $isa in
+  amxbf16) need="avx512f avx512bw avx512vl avx512_bf16 amx_bf16 amx_tile" ;;
   avx512bf16) need="avx512f avx512bw avx512vl avx512_bf16" ;;
   avx512) need="avx512f" ;;
   avx2) need="avx2 fma" ;;

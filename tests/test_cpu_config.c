@@ -76,18 +76,19 @@ Test(cpu_config, isa_choice) {
   cr_assert_str_eq(widest, loom_cpu_isa_level_name(loom_cpu_isa_best()));
   cr_assert_eq(loom_set_cpu_gemm("builtin"), LOOM_OK);
   double ref = matmul_checksum();
-  /* avx512bf16 differs from avx512 only for bf16 matmul / linear. */
-  static const char *names[] = {"avx512bf16", "avx512", "avx2", "scalar"};
-  static const char *gemm[] = {"builtin-avx512", "builtin-avx512", "builtin-avx2", "builtin-generic"};
-  static const char *conv[] = {"avx512", "avx512", "avx2", "none"};
+  /* amxbf16 and avx512bf16 differ from avx512 only for bf16 matmul / linear. */
+  static const char *names[] = {"amxbf16", "avx512bf16", "avx512", "avx2", "scalar"};
+  static const char *gemm[] = {"builtin-avx512", "builtin-avx512", "builtin-avx512", "builtin-avx2", "builtin-generic"};
+  static const char *conv[] = {"avx512", "avx512", "avx512", "avx2", "none"};
   int ran = 0;
-  for (int k = 0; k < 4; k++) {
-    if (!loom_cpu_isa_runs((loom_cpu_isa_level)(3 - k))) continue;
+  for (int k = 0; k < 5; k++) {
+    if (!loom_cpu_isa_runs((loom_cpu_isa_level)(4 - k))) continue;
     cr_assert_eq(loom_set_cpu_isa(names[k]), LOOM_OK, "%s", loom_last_error());
     cr_assert_str_eq(loom_cpu_isa(), names[k]);
     cr_assert_str_eq(loom_cpu_gemm_name(), gemm[k]);
     cr_assert_str_eq(loom_conv_cpu_isa_name(), conv[k]);
-    cr_assert_eq(loom_cpu_gemm_bf16_runs(), k == 0, "%s: the bf16 GEMM runs only under avx512bf16", names[k]);
+    cr_assert_eq(loom_cpu_gemm_bf16_runs(), k <= 1, "%s: the bf16 GEMM runs only under amxbf16 and avx512bf16",
+                 names[k]);
     double v = matmul_checksum();
     cr_assert(fabs(v - ref) <= 1e-4 * (1 + fabs(ref)), "%s: %.9g vs %.9g", names[k], v, ref);
     cr_assert_eq(conv_and_matmul(), LOOM_OK, "%s: %s", names[k], loom_last_error());
@@ -106,7 +107,7 @@ Test(cpu_config, isa_choice) {
 Test(cpu_config, isa_errors) {
   cr_assert_eq(loom_set_cpu_isa("scalar"), LOOM_OK);
   cr_assert_eq(loom_set_cpu_isa("sse9"), LOOM_ERR_INVALID_ARG);
-  cr_assert(strstr(loom_last_error(), "'sse9' is not auto, avx512bf16, avx512, avx2 or scalar") &&
+  cr_assert(strstr(loom_last_error(), "'sse9' is not auto, amxbf16, avx512bf16, avx512, avx2 or scalar") &&
                 strstr(loom_last_error(), "this CPU runs"),
             "%s", loom_last_error());
   cr_assert_str_eq(loom_cpu_isa(), "scalar", "a rejected name changes nothing");
@@ -153,7 +154,7 @@ Test(cpu_config, isa_env_value) {
 Test(cpu_config, isa_env_unknown_is_an_error) {
   setenv("LOOM_CPU_ISA", "avx1024", 1);
   cr_assert_eq(conv_and_matmul(), LOOM_ERR_INVALID_ARG);
-  cr_assert(strstr(loom_last_error(), "LOOM_CPU_ISA: 'avx1024' is not auto, avx512bf16, avx512, avx2 or scalar (this CPU runs"),
+  cr_assert(strstr(loom_last_error(), "LOOM_CPU_ISA: 'avx1024' is not auto, amxbf16, avx512bf16, avx512, avx2 or scalar (this CPU runs"),
             "%s", loom_last_error());
   cr_assert_eq(conv_and_matmul(), LOOM_ERR_INVALID_ARG, "every use, not only the first");
   int64_t n = 4;

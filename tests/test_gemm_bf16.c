@@ -8,9 +8,11 @@
  * product of the f32 values before they were rounded to bf16, each input
  * adds up to 2^-8 relative: (2^-7 + 2^-16 + K * 2^-24) * sum|a_k b_k|.
  * Shapes: the MNIST MLP's (784 -> 1024 -> 1024 -> 10, batch 128, forward
- * and both backward GEMMs) and odd ones (edges of the 12 x 32 tile, odd K,
- * several K slices, padded leading dimensions). Skipped visibly on CPUs
- * without AVX512_BF16. */
+ * and both backward GEMMs) and odd ones (edges of the 12 x 32 and 32 x 32
+ * tiles, odd K, several K slices, padded leading dimensions), on the
+ * AVX512_BF16 kernel, on the AMX path with a plain-C model of its tiles, and
+ * on the AMX tiles where the CPU has them. Skipped visibly on CPUs without
+ * AVX512_BF16 (the AMX tile test also without AMX). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -102,11 +104,8 @@ static double run(const gcase *t) {
   return worst;
 }
 
-Test(gemm_bf16, mlp_shapes_within_f32_accumulation_bound) {
-  if (!have_bf16()) return;
-  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
-  cr_assert(loom_cpu_gemm_bf16_runs());
-  /* 784 -> 1024 -> 1024 -> 10, batch 128: Y = X·Wᵀ (+bias, ReLU), dX = dZ·W, dW = dZᵀ·X. */
+/* 784 -> 1024 -> 1024 -> 10, batch 128: Y = X·Wᵀ (+bias, ReLU), dX = dZ·W, dW = dZᵀ·X. */
+static void mlp_cases(const char *what) {
   static const gcase cs[] = {
       {false, true, 128, 1024, 784, 0, true, true, 0},   {false, false, 128, 784, 1024, 0, false, false, 0},
       {true, false, 1024, 784, 128, 0, false, false, 0},  {false, true, 128, 1024, 1024, 0, true, true, 0},
@@ -119,13 +118,13 @@ Test(gemm_bf16, mlp_shapes_within_f32_accumulation_bound) {
     double w = run(&cs[i]);
     if (w > worst) worst = w;
   }
-  fprintf(stderr, "gemm_bf16 mlp shapes: worst error is %.3f of the f32-accumulation bound\n", worst);
+  fprintf(stderr, "gemm_bf16 mlp shapes (%s): worst error is %.3f of the f32-accumulation bound\n", what, worst);
 }
 
-Test(gemm_bf16, odd_shapes_transposes_and_k_slices) {
-  if (!have_bf16()) return;
-  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
-  static const int64_t dims[][3] = {{1, 1, 1}, {1, 33, 7}, {13, 1, 3}, {12, 32, 2}, {25, 65, 31}, {37, 40, 129}, {7, 97, 64}};
+/* Edges of the 12 x 32 and 32 x 32 tiles, odd K, K slices of 6 (32 on AMX). */
+static void odd_cases(void) {
+  static const int64_t dims[][3] = {{1, 1, 1},     {1, 33, 7},    {13, 1, 3},  {12, 32, 2},
+                                    {25, 65, 31},  {37, 40, 129}, {7, 97, 64}, {33, 31, 65}};
   for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
     for (int tr = 0; tr < 4; tr++)
       for (int kcs = 0; kcs < 2; kcs++) {
@@ -136,13 +135,57 @@ Test(gemm_bf16, odd_shapes_transposes_and_k_slices) {
 }
 
 /* A larger problem with several K slices and a split over both threads. */
-Test(gemm_bf16, deep_k_accumulates_slices) {
-  if (!have_bf16()) return;
-  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
+static void deep_cases(void) {
   gcase t = {false, true, 150, 200, 2500, 1, true, true, 0};
   run(&t);
   gcase u = {true, false, 100, 70, 1001, 0, false, true, 256};
   run(&u);
+}
+
+Test(gemm_bf16, mlp_shapes_within_f32_accumulation_bound) {
+  if (!have_bf16()) return;
+  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
+  cr_assert(loom_cpu_gemm_bf16_runs());
+  mlp_cases("avx512bf16");
+}
+
+Test(gemm_bf16, odd_shapes_transposes_and_k_slices) {
+  if (!have_bf16()) return;
+  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
+  odd_cases();
+}
+
+Test(gemm_bf16, deep_k_accumulates_slices) {
+  if (!have_bf16()) return;
+  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
+  deep_cases();
+}
+
+/* The AMX path's blocking and packing (32-row A blocks packed in rows, B
+ * slivers padded to whole tiles of k) with the plain-C model of its tile
+ * kernel: runs wherever AVX512_BF16 does, AMX or not. */
+Test(gemm_bf16, amx_blocking_on_the_tile_model) {
+  if (!have_bf16()) return;
+  cr_assert_eq(loom_set_cpu_isa("avx512bf16"), LOOM_OK);
+  loom_cpu_gemm_bf16_test_amx_model(true);
+  mlp_cases("AMX model");
+  odd_cases();
+  deep_cases();
+  loom_cpu_gemm_bf16_test_amx_model(false);
+}
+
+/* The tile kernel itself, where the CPU has AMX-BF16 (Intel Sapphire Rapids
+ * onward): the same bound on every case. */
+Test(gemm_bf16, amx_tiles_within_f32_accumulation_bound) {
+  if (!loom_cpu_isa_runs(LOOM_CPU_ISA_AMXBF16)) {
+    fprintf(stderr, "gemm_bf16 AMX skipped: this CPU (or its kernel) offers no AMX-BF16\n");
+    return;
+  }
+  cr_assert_eq(loom_set_cpu_isa("amxbf16"), LOOM_OK, "%s", loom_last_error());
+  mlp_cases("amxbf16");
+  odd_cases();
+  deep_cases();
+  loom_set_cpu_isa(NULL);
 }
 
 /* The bf16 linear layer (forward and backward) on the bf16 GEMM agrees with
@@ -181,7 +224,8 @@ Test(gemm_bf16, linear_layer_matches_widening_path) {
   if (!have_bf16()) return;
   float *fast, *wide;
   int64_t n1, n2;
-  linear_pass("avx512bf16", &fast, &n1);
+  /* On an AMX CPU the widest set runs the tiles; else avx512bf16. */
+  linear_pass(loom_cpu_isa_runs(LOOM_CPU_ISA_AMXBF16) ? "amxbf16" : "avx512bf16", &fast, &n1);
   linear_pass("avx512", &wide, &n2);
   cr_assert_eq(n1, n2);
   int64_t differ = 0;

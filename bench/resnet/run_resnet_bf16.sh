@@ -36,7 +36,11 @@ while (($#)); do
   esac
 done
 PY=/usr/bin/python3
-((TORCH)) && { "$PY" -c "import torch" 2>/dev/null || "$ROOT/scripts/setup.sh" python3-torch; }
+if ((TORCH)); then
+  # $LOOM_PYTHON when it imports torch (as run_resnet_vs_pytorch.sh), else Debian's python3-torch.
+  if [ -n "${LOOM_PYTHON:-}" ] && "$LOOM_PYTHON" -c "import torch" 2>/dev/null; then PY=$LOOM_PYTHON
+  else "$PY" -c "import torch" 2>/dev/null || "$ROOT/scripts/setup.sh" python3-torch; fi
+fi
 [ -x "$BUILD/examples/loom-resnet" ] || cmake --build "$BUILD" --target loom-resnet -j"$(nproc)"
 if ((TORCH)); then
   echo "# anchor: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)')), threads=$THREADS, rounds=$ROUNDS, steps=$STEPS, warmup=$WARMUP"

@@ -41,8 +41,11 @@ while (($#)); do
   esac
 done
 if [ "$DEVICE" = cpu ]; then
+  # $LOOM_PYTHON when it imports torch (the GPU machine's venv has no
+  # Debian package behind it), else Debian's python3-torch.
   PY=/usr/bin/python3
-  "$PY" -c "import torch" 2>/dev/null || "$ROOT/scripts/setup.sh" python3-torch
+  if [ -n "${LOOM_PYTHON:-}" ] && "$LOOM_PYTHON" -c "import torch" 2>/dev/null; then PY=$LOOM_PYTHON
+  else "$PY" -c "import torch" 2>/dev/null || "$ROOT/scripts/setup.sh" python3-torch; fi
   MODEL=${MODEL:-resnet20} BATCH=${BATCH:-128} STEPS=${STEPS:-20}
   case "$MODEL" in
     resnet20|resnet56) SHAPE=${SHAPE:-3x32x32} ;;

@@ -277,9 +277,10 @@ LOOM_API loom_status loom_set_cpu_gemm(const char *name);
 /* What runs now: "openblas", "builtin-avx512", "builtin-avx2", ... */
 LOOM_API const char *loom_cpu_gemm_name(void);
 /* Instruction set of loom's CPU kernels (built-in GEMM, convolutions, f16
- * conversion): "avx512bf16" (AVX-512 plus AVX512_BF16: bf16 Linear layers
- * and channels-last conv2d use bf16 dot products with f32 accumulation
- * instead of widening to f32),
+ * conversion): "amxbf16" (avx512bf16 plus AMX-BF16 tiles for the bf16
+ * matmul and Linear GEMMs), "avx512bf16" (AVX-512 plus AVX512_BF16: bf16
+ * Linear layers and channels-last conv2d use bf16 dot products with f32
+ * accumulation instead of widening to f32),
  * "avx512", "avx2", "scalar" (portable C), or "auto" / NULL (the widest this
  * CPU runs: the default). Same as env LOOM_CPU_ISA, read at
  * first use; a bad LOOM_CPU_ISA makes conv2d, matmul and linear on the CPU
@@ -288,7 +289,7 @@ LOOM_API const char *loom_cpu_gemm_name(void);
  * messages say what the CPU runs, and change nothing. Process-wide; change
  * it between calls. */
 LOOM_API loom_status loom_set_cpu_isa(const char *name);
-/* What the kernels use now: "avx512bf16", "avx512", "avx2" or "scalar". */
+/* What the kernels use now: "amxbf16", "avx512bf16", "avx512", "avx2" or "scalar". */
 LOOM_API const char *loom_cpu_isa(void);
 /* 3x3 stride-1 padding-1 convolutions on channels-last CPU tensors (groups
  * 1, channel counts multiples of 16 up to 128, AVX2 or wider) in the

@@ -62,6 +62,7 @@ static const loom_conv_isa *cur_isa(void) {
   if (is == &g_no_isa) return NULL;
   if (is) return is;
   switch (loom_cpu_isa_level_now()) {
+    case LOOM_CPU_ISA_AMXBF16:
     case LOOM_CPU_ISA_AVX512BF16:
     case LOOM_CPU_ISA_AVX512: is = &loom_conv_isa_avx512; break;
     case LOOM_CPU_ISA_AVX2: is = &loom_conv_isa_avx2; break;

@@ -11,14 +11,31 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_isa.h"
+#include "ops/cpu/gemm_bf16_internal.h"
 
-static const char *const NAMES[LOOM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512bf16"};
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+static const char *const NAMES[LOOM_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512", "avx512bf16", "amxbf16"};
 
 static atomic_int g_forced = -1;     /* a forced level, or -1: the widest */
 static atomic_int g_limit = -1;      /* tests: pretend the CPU runs at most this */
 static atomic_int g_env_status = LOOM_OK;
 static char g_env_msg[320];          /* written once, before g_env_status is set */
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+/* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22), and Linux's
+ * leave to use the tile state (asked once, here: a kernel without AMX
+ * support refuses, and the level stays avx512bf16). */
+static bool amx_usable(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+  return loom_amx_request_permission();
+}
+#endif
 
 static loom_cpu_isa_level hw_best(void) {
   static atomic_int cached = -1;
@@ -30,7 +47,7 @@ static loom_cpu_isa_level hw_best(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bf16"))
-      b = LOOM_CPU_ISA_AVX512BF16;
+      b = amx_usable() ? LOOM_CPU_ISA_AMXBF16 : LOOM_CPU_ISA_AVX512BF16;
     else if (__builtin_cpu_supports("avx512f")) b = LOOM_CPU_ISA_AVX512;
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) b = LOOM_CPU_ISA_AVX2;
 #endif
@@ -79,7 +96,7 @@ static loom_status parse_msg(const char *who, const char *name, loom_cpu_isa_lev
     *forced = true;
     return LOOM_OK;
   }
-  snprintf(msg, n, "%s: '%.40s' is not auto, avx512bf16, avx512, avx2 or scalar (this CPU runs %s)", who, name, has);
+  snprintf(msg, n, "%s: '%.40s' is not auto, amxbf16, avx512bf16, avx512, avx2 or scalar (this CPU runs %s)", who, name, has);
   return LOOM_ERR_INVALID_ARG;
 }
 

@@ -21,8 +21,12 @@ typedef enum loom_cpu_isa_level {
    * / NHWC conv2d compute with vdpbf16ps (gemm_bf16.h, conv_bf16.c)
    * instead of widening to f32. */
   LOOM_CPU_ISA_AVX512BF16 = 3,
+  /* avx512bf16 plus AMX-BF16 tiles (Intel Sapphire Rapids onward): the bf16
+   * GEMM (matmul, linear) runs on TDPBF16PS (gemm_amx_x86.c); convolutions
+   * stay on vdpbf16ps. */
+  LOOM_CPU_ISA_AMXBF16 = 4,
 } loom_cpu_isa_level;
-#define LOOM_CPU_ISA_COUNT 4
+#define LOOM_CPU_ISA_COUNT 5
 
 /* The level the kernels use now: loom_set_cpu_isa's, else LOOM_CPU_ISA's
  * (read at the first call), else the widest this CPU runs. A bad
@@ -32,7 +36,7 @@ loom_cpu_isa_level loom_cpu_isa_level_now(void);
 loom_cpu_isa_level loom_cpu_isa_best(void);
 /* Whether this CPU runs level l. */
 bool loom_cpu_isa_runs(loom_cpu_isa_level l);
-/* "scalar", "avx2", "avx512", "avx512bf16". */
+/* "scalar", "avx2", "avx512", "avx512bf16", "amxbf16". */
 const char *loom_cpu_isa_level_name(loom_cpu_isa_level l);
 
 /* "auto" or NULL (the widest; *forced = false), or a level's name. Errors

@@ -9,9 +9,14 @@
  * M as well when N is too narrow; every C element is produced by one
  * thread with one k order, so results do not depend on the thread count.
  * KC covers K <= 1024 in one slice, so a bf16-only result needs no f32
- * scratch; deeper K accumulates slices in f32 (the caller's c, or scratch). */
+ * scratch; deeper K accumulates slices in f32 (the caller's c, or scratch).
+ *
+ * Under the instruction set amxbf16 the same loops run 32 x 32 blocks on
+ * AMX tiles (run_slice_amx; gemm_amx_x86.c): A packed in rows, B in the
+ * same slivers, each slice's pairs rounded up to the tiles' 16. */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_isa.h"
@@ -28,9 +33,15 @@ enum { MR = LOOM_BF16_MR, NR = LOOM_BF16_NR };
  * from L2 under it; measured with bench/gemm on Zen 4. */
 enum { KC_DEFAULT = 1024, MC = 144 };
 
+/* AMX: 32-row A blocks of MC_AMX rows (256 KiB at KC = 1024). */
+enum { AR = LOOM_AMX_MR, MC_AMX = 128 };
+
 static atomic_llong g_kc = 0; /* tests: 0 = KC_DEFAULT */
+static atomic_bool g_amx_model = false; /* tests: the AMX path with its plain-C kernel */
 
 void loom_cpu_gemm_bf16_set_kc(int64_t kc) { atomic_store(&g_kc, kc >= 2 ? (long long)(kc & ~(int64_t)1) : 0); }
+
+void loom_cpu_gemm_bf16_test_amx_model(bool on) { atomic_store(&g_amx_model, on); }
 
 bool loom_cpu_gemm_bf16_runs(void) {
 #if defined(__x86_64__)
@@ -106,6 +117,51 @@ static void run_slice(const bgemm *g, int64_t pc, int64_t kc, int64_t m_lo, int6
     }
   }
 }
+
+/* run_slice on AMX tiles: 32 x 32 blocks, A packed in rows
+ * (gemm_amx_x86.c), kpp pairs per slice rounded up to the tiles' 16. */
+static void run_slice_amx(const bgemm *g, int64_t pc, int64_t kc, int64_t m_lo, int64_t m_hi, int64_t s_lo,
+                          int64_t s_hi, uint32_t *bpack, uint32_t *apack, bool model) {
+  const int64_t kp = (kc + 1) / 2, kpp = ceil_div(kp, 16) * 16;
+  const bool first = pc == 0, last = pc + kc >= g->K;
+  for (int64_t s = s_lo; s < s_hi; s++) {
+    uint32_t *b = bpack + (s - s_lo) * kpp * NR;
+    loom_gemm_bf16_pack_b(g->tb, g->B, g->ldb, g->K, pc, kc, s * NR, min64(NR, g->N - s * NR), b);
+    memset(b + kp * NR, 0, (size_t)((kpp - kp) * NR) * sizeof(uint32_t));
+  }
+  float tile[AR * NR] __attribute__((aligned(64)));
+  for (int64_t ic = m_lo; ic < m_hi; ic += MC_AMX) {
+    const int64_t mc = min64(MC_AMX, m_hi - ic);
+    for (int64_t ir = 0; ir < mc; ir += AR)
+      loom_gemm_amx_pack_a(g->ta, g->A, g->lda, g->K, pc, kc, ic + ir, min64(AR, mc - ir), kpp,
+                           apack + (ir / AR) * kpp * AR);
+    for (int64_t s = s_lo; s < s_hi; s++) {
+      const int64_t j = s * NR, cols = min64(NR, g->N - j);
+      const uint32_t *b = bpack + (s - s_lo) * kpp * NR;
+      for (int64_t ir = 0; ir < mc; ir += AR) {
+        const int64_t i = ic + ir, rows = min64(AR, mc - ir);
+        const uint32_t *a = apack + (ir / AR) * kpp * AR;
+        if (model) loom_gemm_amx_ukr_model(kpp, a, b, tile);
+        else loom_gemm_amx_ukr_32x32(kpp, a, b, tile);
+        if (!g->acc) {
+          loom_gemm_bf16_epilogue(tile, NR, rows, cols, i, j, g->out);
+          continue;
+        }
+        float *c = g->acc + i * g->ldacc + j;
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t q = 0; q < cols; q++) c[r * g->ldacc + q] = (first ? 0.0f : c[r * g->ldacc + q]) + tile[r * NR + q];
+        if (last) loom_gemm_bf16_epilogue(c, g->ldacc, rows, cols, i, j, g->out);
+      }
+    }
+  }
+}
+
+/* Whether this call runs on AMX tiles: the instruction set amxbf16 (whose
+ * check asked Linux for the tile state), or the tests' model. */
+static bool use_amx(bool *model) {
+  *model = atomic_load(&g_amx_model);
+  return *model || loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AMXBF16;
+}
 #endif
 
 loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
@@ -115,9 +171,13 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
     return loom_set_error(LOOM_ERR_INVALID_ARG, "gemm_bf16: empty shape %lldx%lldx%lld or no output", (long long)M,
                           (long long)N, (long long)K);
   const int64_t kc_set = atomic_load(&g_kc);
+  bool model = false;
+  const bool amx = use_amx(&model);
   bgemm g = {ta, tb, M, N, K, lda, ldb, kc_set ? kc_set : KC_DEFAULT, A, B, NULL, 0, out};
-  const int64_t kc_max = min64(g.kc, K), kp_max = (kc_max + 1) / 2;
-  const int64_t mtiles = ceil_div(M, MR), ntiles = ceil_div(N, NR);
+  if (amx) g.kc = ceil_div(g.kc, 32) * 32; /* whole tiles of k in every slice but the last */
+  const int mr = amx ? AR : MR, mcb = amx ? MC_AMX : MC;
+  const int64_t kc_max = min64(g.kc, K), kp_max = amx ? ceil_div(kc_max, 32) * 16 : (kc_max + 1) / 2;
+  const int64_t mtiles = ceil_div(M, mr), ntiles = ceil_div(N, NR);
 
   int nt = 1;
 #ifdef _OPENMP
@@ -133,7 +193,7 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
 
   /* Per thread: its B slivers for one slice, one packed A block. */
   const int64_t bwords = ceil_div(ceil_div(ntiles, tn) * kp_max * NR, 16) * 16;
-  const int64_t awords = ceil_div(ceil_div(MC, MR) * kp_max * MR, 16) * 16;
+  const int64_t awords = ceil_div(ceil_div(mcb, mr) * kp_max * mr, 16) * 16;
   float *scratch = NULL;
   if (K > g.kc) {
     g.acc = out->c;
@@ -163,15 +223,20 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
     int tmt = tm, tnt = tn;
     if (team != nt) thread_grid(team, mtiles, ntiles, &tmt, &tnt);
     const int ti = tid / tnt, tj = tid % tnt;
-    const int64_t m_lo = min64(M, (mtiles * ti / tmt) * MR), m_hi = min64(M, (mtiles * (ti + 1) / tmt) * MR);
+    const int64_t m_lo = min64(M, (mtiles * ti / tmt) * mr), m_hi = min64(M, (mtiles * (ti + 1) / tmt) * mr);
     const int64_t s_lo = ntiles * tj / tnt, s_hi = ntiles * (tj + 1) / tnt;
     uint32_t *bpack = buf + (int64_t)tid * (bwords + awords), *apack = bpack + bwords;
     /* bpack holds cap slivers: all of this thread's unless the team came
        out smaller than asked for. */
     const int64_t cap = ceil_div(ntiles, tn);
+    const bool tiles = amx && !model && m_lo < m_hi;
+    if (tiles) loom_amx_tiles_begin(); /* the tile configuration is per thread */
     for (int64_t s0 = s_lo; m_lo < m_hi && s0 < s_hi; s0 += cap)
-      for (int64_t pc = 0; pc < K; pc += g.kc)
-        run_slice(&g, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack);
+      for (int64_t pc = 0; pc < K; pc += g.kc) {
+        if (amx) run_slice_amx(&g, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack, model);
+        else run_slice(&g, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack);
+      }
+    if (tiles) loom_amx_tiles_end();
   }
   loom_sys_free(buf);
   loom_sys_free(scratch);

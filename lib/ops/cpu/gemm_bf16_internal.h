@@ -1,5 +1,6 @@
 /* gemm_bf16_internal.h (internal) — the contract between the bf16 GEMM
- * driver (gemm_bf16.c) and its AVX512_BF16 kernels (gemm_bf16_x86.c).
+ * driver (gemm_bf16.c) and its AVX512_BF16 kernels (gemm_bf16_x86.c) and
+ * AMX-BF16 kernels (gemm_amx_x86.c).
  *
  * Packed layout ("pair-interleaved", what vdpbf16ps multiplies): a 32-bit
  * word holds the bf16 values of two consecutive k, the even k in the low
@@ -14,7 +15,7 @@
 
 #include "ops/cpu/gemm_bf16.h"
 
-enum { LOOM_BF16_MR = 12, LOOM_BF16_NR = 32 };
+enum { LOOM_BF16_MR = 12, LOOM_BF16_NR = 32, LOOM_AMX_MR = 32 };
 
 #if defined(__x86_64__)
 /* The MR x NR tile over kp pairs: c = a·b (accumulate: c += a·b), f32,
@@ -36,6 +37,20 @@ void loom_gemm_bf16_pack_a(bool at, const uint16_t *A, int64_t lda, int64_t K, i
  * f32 sums t (leading dim ldt) whose top-left is result element (i, j). */
 void loom_gemm_bf16_epilogue(const float *t, int64_t ldt, int64_t rows, int64_t cols, int64_t i, int64_t j,
                              const loom_gemm_bf16_out *out);
+
+/* AMX (gemm_amx_x86.c). The 32 x 32 block c (leading dim 32) = a·b over kpp
+ * pairs (a multiple of 16): a is an A block packed by loom_gemm_amx_pack_a,
+ * b a B sliver of kpp groups of 32 words (loom_gemm_bf16_pack_b, zero groups
+ * past K). The tile kernel needs loom_amx_tiles_begin on the calling thread
+ * first (and loom_amx_tiles_end after); the model is the same block in
+ * plain C, for tests on CPUs without AMX. */
+bool loom_amx_request_permission(void);
+void loom_amx_tiles_begin(void);
+void loom_amx_tiles_end(void);
+void loom_gemm_amx_ukr_32x32(int64_t kpp, const uint32_t *a, const uint32_t *b, float *c);
+void loom_gemm_amx_ukr_model(int64_t kpp, const uint32_t *a, const uint32_t *b, float *c);
+void loom_gemm_amx_pack_a(bool at, const uint16_t *A, int64_t lda, int64_t K, int64_t k0, int64_t kc, int64_t i0,
+                          int64_t m, int64_t kpp, uint32_t *dst);
 #endif
 
 #endif
