@@ -1,4 +1,4 @@
-/* bench_gemm_bf16.c — GFLOP/s of the AVX512_BF16 GEMM (lib/ops/cpu/
+/* bench_gemm_bf16.c — GFLOP/s of the AVX512_BF16 (or AMX) GEMM (lib/ops/cpu/
  * gemm_bf16.c) against loom's f32 GEMM on the GEMMs of the MNIST MLP's
  * training step (784 -> 1024 -> 1024 -> 10, batch 128: forward Y = X·Wᵀ,
  * backward dX = dZ·W and dW = dZᵀ·X), both producing f32 results.
@@ -100,7 +100,8 @@ int main(int argc, char **argv) {
   }
   const bool native = loom_cpu_gemm_bf16_runs();
   printf("# f32=%s bf16=%s threads=%d rounds=%d bf16_out=%s isa=%s (ABAB rounds, medians)\n", loom_cpu_gemm_name(),
-         native ? "avx512bf16" : "widening", threads, rounds, out_bf16 ? "bf16" : "f32", loom_cpu_isa());
+         native ? (strcmp(loom_cpu_isa(), "amxbf16") ? "avx512bf16" : "amx-tiles") : "widening", threads, rounds,
+         out_bf16 ? "bf16" : "f32", loom_cpu_isa());
   double tot[2][MAX_ROUNDS] = {{0}}, flops_all = 0;
   for (int i = 0; i < N_SHAPES; i++) {
     const shape *s = &shapes[i];

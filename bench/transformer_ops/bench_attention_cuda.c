@@ -8,9 +8,10 @@
  *   bench=attention_cuda ratio pass=.. shape=.. dtype=.. unfused_over_fused=..
  * tflops counts the causal half of 4 T^2 D (forward) or 10 T^2 D (forward +
  * backward: 2.5x forward's products, as FlashAttention counts) per head.
- * With LOOM_CUDA_ATTENTION=chunked in the environment the op takes its
- * chunked path (lib/ops/cuda/attention_chunked.cu: batched GEMMs over
- * chunks of query rows) and the lines say path=chunked instead of fused.
+ * The op's path is the library's choice (f16/bf16: the chunked path,
+ * lib/ops/cuda/attention_chunked.cu, batched GEMMs over chunks of query
+ * rows; f32: the fused kernels) unless LOOM_CUDA_ATTENTION=fused|chunked
+ * forces one; the lines name it (path=chunked or path=fused).
  * Without a GPU it prints why and exits 0 (a skip). The unfused side needs
  * softmax on CUDA; where that is missing it is reported as unavailable and
  * the fused side still runs.
@@ -101,7 +102,8 @@ static void run_shape(const int64_t *sh, loom_dtype dt, int rounds, int iters, l
   snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
            (long long)sh[3]);
   const char *env = getenv("LOOM_CUDA_ATTENTION");
-  const char *fname = env && !strcmp(env, "chunked") ? "chunked" : "fused";
+  const bool chunked = env ? !strcmp(env, "chunked") : dt != LOOM_F32; /* as attention_cuda.c */
+  const char *fname = chunked ? "chunked" : "fused";
   double flops_fwd = 4.0 * (double)(sh[0] * sh[1]) * (double)T * (double)T * (double)sh[3] / 2.0;
   for (int bwd = 0; bwd < 2; bwd++) {
     const char *pname = bwd ? "fwd_bwd" : "fwd";

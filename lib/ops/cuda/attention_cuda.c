@@ -6,11 +6,13 @@
  * keeps O(T) per head (lse, and backward's stats). cuDNN's fused attention
  * is not used (yet).
  *
- * LOOM_CUDA_ATTENTION=chunked (an experiment, off by default until a GPU
- * has timed and checked it) takes the chunked path instead
- * (attention_chunked.cu): batched cuBLASLt GEMMs over chunks of query rows
- * with row kernels between them, so the products run on tensor cores in
- * f16/bf16; its scratch is [heads per group, rows per chunk, T] (S in f32,
+ f16 and bf16 take the chunked path (attention_chunked.cu): batched
+ * cuBLASLt GEMMs over chunks of query rows with row kernels between them, so
+ * the products run on tensor cores. On the H200 (2026-11-28) it took GPT-2
+ * 124M bf16 from 92,918 to 143,008 tokens/s, and bf16 attention forward +
+ * backward at 4 x 12 x 1024 x 64 from 2.43 to 1.08 ms. f32 stays on the fused
+ * kernels (TF32 is opt-in). LOOM_CUDA_ATTENTION=fused or =chunked forces one
+ * path for every dtype (tests, benchmarks). The chunked scratch is [heads per group, rows per chunk, T] (S in f32,
  * P in the dtype, at most CHUNK_BUDGET bytes unless one head's chunk is
  * larger), plus f32 sums of dk, dv for 16-bit dtypes. */
 #ifdef LOOM_HAVE_CUDA
@@ -49,9 +51,11 @@ static loom_status attn_shape(const char *op, const loom_op_args *a, const loom_
 #define CHUNK_ROWS 128                      /* query rows per chunk */
 #define CHUNK_BUDGET ((int64_t)256 << 20)   /* bytes of S + P per head group */
 
-static bool chunked_wanted(void) {
+static bool chunked_wanted(int dt) {
   const char *e = getenv("LOOM_CUDA_ATTENTION");
-  return e && !strcmp(e, "chunked");
+  if (e && !strcmp(e, "chunked")) return true;
+  if (e && !strcmp(e, "fused")) return false;
+  return dt != (int)LOOM_F32;
 }
 
 static int lt_gemm(void *ctx, const loom_attn_gemm *g) {
@@ -102,7 +106,7 @@ loom_status loom_cuda_attention(loom_op_args *a) {
   p.v = cptr(a->in[2]);
   p.out = ptr(a->out[0]);
   p.lse = ptr(a->out[1]);
-  if (chunked_wanted()) return chunked(c, &p, false);
+  if (chunked_wanted(p.dt)) return chunked(c, &p, false);
   LOOM_LAUNCH_CHECK(loom_cu_attention_fwd(&p, c->stream));
   return LOOM_OK;
 }
@@ -123,7 +127,7 @@ loom_status loom_cuda_attention_backward(loom_op_args *a) {
   p.dq = ptr(a->out[0]);
   p.dk = ptr(a->out[1]);
   p.dv = ptr(a->out[2]);
-  if (chunked_wanted()) return chunked(c, &p, true);
+  if (chunked_wanted(p.dt)) return chunked(c, &p, true);
   LOOM_LAUNCH_CHECK(loom_cu_attention_bwd(&p, c->stream));
   return LOOM_OK;
 }
