@@ -81,6 +81,29 @@ static inline LOOM_HD float loom_bn_pre(float x, float scale, float shift) {
   return LOOM_FADD(LOOM_FMUL(x, scale), shift);
 }
 
+/* The channel of a grid-stride loop over a channels-last [rows, C] buffer
+ * taken V elements at a time (C a multiple of V): vector i starts at
+ * channel (i·V) mod C, and each step of S vectors moves it by (S·V) mod C,
+ * wrapping at most once. So the CUDA apply and dx passes divide once per
+ * thread instead of once per element (a 64-bit modulo is tens of
+ * instructions on a GPU). */
+typedef struct loom_bn_walk {
+  int64_t c, step, C;
+} loom_bn_walk;
+
+static inline LOOM_HD loom_bn_walk loom_bn_walk_start(int64_t i, int64_t S, int64_t V, int64_t C) {
+  loom_bn_walk w;
+  w.c = (i * V) % C;
+  w.step = (S * V) % C;
+  w.C = C;
+  return w;
+}
+
+static inline LOOM_HD void loom_bn_walk_next(loom_bn_walk *w) {
+  w->c += w->step;
+  if (w->c >= w->C) w->c -= w->C;
+}
+
 /* ---- dropout ------------------------------------------------------------------------ */
 
 /* Dropout keeps element i when u_i >= p, u_i being element i of
