@@ -261,5 +261,13 @@ Test(conv_bf16, selected_by_isa_and_thread_count_independent) {
   for (int64_t i = 0; i < n1; i++) differ += one[i] != wide[i];
   fprintf(stderr, "conv_bf16: %lld of %lld results differ from the widening path\n", (long long)differ, (long long)n1);
   cr_assert_gt(differ, 0, "the bf16 path gave the widening path's bits exactly: was it selected?");
+  /* Under amxbf16 convolutions widen (conv_bf16.c says why): the widening
+     path's bits exactly. */
+  if (loom_cpu_isa_runs(LOOM_CPU_ISA_AMXBF16)) {
+    int64_t n4;
+    float *amx = results_of(&t, "amxbf16", 2, &n4);
+    cr_assert(n4 == n3 && !memcmp(amx, wide, sizeof(float) * (size_t)n3), "amxbf16 convolutions did not widen");
+    free(amx);
+  }
   free(one), free(two), free(wide);
 }

@@ -43,6 +43,7 @@
 #include "loom/ops.h"
 #include "ops/cpu/conv_bf16_internal.h"
 #include "ops/cpu/conv_cpu.h"
+#include "ops/cpu/cpu_isa.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/gemm_bf16.h"
 #include "ops/cpu/linear_bf16.h"
@@ -59,8 +60,13 @@ enum { ROWS_TARGET = 512, FILTER_GROUPS = 8 };
 static bool is_bf16(const loom_tensor *t) { return t && t->dtype == LOOM_BF16; }
 static bool out_ok(const loom_tensor *t) { return !t || t->dtype == LOOM_BF16 || t->dtype == LOOM_F32; }
 
+/* Only under avx512bf16 itself: under amxbf16 (Intel) the convolutions widen
+ * to the f32 kernels (Winograd for 3x3 stride 1). On the one AMX CPU
+ * measured (an Emerald Rapids Xeon, bench/results/gpu-h200-2026-11-28.md)
+ * vdpbf16ps ran the GEMM at 0.69x the f32 FMA kernel, where a Zen 4 runs it
+ * at 2x; these kernels are built on the same instruction. */
 bool loom_conv_bf16_applies(const loom_conv_geom *g, const loom_op_args *a, bool backward) {
-  if (!loom_cpu_gemm_bf16_runs() || !g->nhwc || g->G != 1) return false;
+  if (loom_cpu_isa_level_now() != LOOM_CPU_ISA_AVX512BF16 || !g->nhwc || g->G != 1) return false;
   if (g->N <= 0 || g->C <= 0 || g->O <= 0 || g->OH <= 0 || g->OW <= 0) return false;
   if (backward) {
     const loom_tensor *gy = a->in[0], *x = a->in[1], *w = a->in[2], *y = a->n_in > 3 ? a->in[3] : NULL;

@@ -111,8 +111,9 @@ loom_status loom_conv_depthwise_backward_filter(const loom_conv_geom *g, const f
 
 /* bf16 operands on the AVX512_BF16 GEMM (conv_bf16.c): NHWC, groups 1,
  * x / w (and dy, and y under a fused ReLU) bf16, outputs bf16 or f32, the
- * instruction set avx512bf16 (cpu_isa.h). They take the op's tensors
- * directly (no f32 copies); conv_cpu.c calls them before the f32 paths. */
+ * instruction set avx512bf16 exactly (cpu_isa.h; under amxbf16 they widen).
+ * They take the op's tensors directly (no f32 copies); conv_cpu.c calls
+ * them before the f32 paths. */
 bool loom_conv_bf16_applies(const loom_conv_geom *g, const loom_op_args *a, bool backward);
 loom_status loom_conv_bf16_forward(const loom_conv_geom *g, const loom_op_args *a);
 loom_status loom_conv_bf16_backward(const loom_conv_geom *g, loom_op_args *a);

@@ -23,7 +23,7 @@ typedef enum loom_cpu_isa_level {
   LOOM_CPU_ISA_AVX512BF16 = 3,
   /* avx512bf16 plus AMX-BF16 tiles (Intel Sapphire Rapids onward): the bf16
    * GEMM (matmul, linear) runs on TDPBF16PS (gemm_amx_x86.c); convolutions
-   * stay on vdpbf16ps. */
+   * widen to f32 (on Intel vdpbf16ps is slower than the f32 FMA; conv_bf16.c). */
   LOOM_CPU_ISA_AMXBF16 = 4,
 } loom_cpu_isa_level;
 #define LOOM_CPU_ISA_COUNT 5
