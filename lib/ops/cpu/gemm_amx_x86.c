@@ -16,13 +16,18 @@
  * Numerics: TDPBF16PS adds each pair's two exact products to the f32
  * accumulator, treating bf16 subnormal inputs as zero and flushing subnormal
  * results, the rounding gemm_bf16.h bounds (K * 2^-24 * sum|a_k b_k|). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* syscall() */
+#endif
 #include "ops/cpu/gemm_bf16_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
+#if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f")))
 
@@ -32,8 +37,12 @@ enum { AR = LOOM_AMX_MR, NR = LOOM_BF16_NR };
  * process asks for it (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
  * without it the first tile instruction is a SIGILL. */
 bool loom_amx_request_permission(void) {
+#if defined(__linux__)
   enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
   return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+  return false; /* only Linux's way of enabling the tile state is known here */
+#endif
 }
 
 /* The tile configuration: palette 1, all eight tiles 16 rows x 64 bytes. */
