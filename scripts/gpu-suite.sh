@@ -282,7 +282,7 @@ bundle_criterion() {
 # tests that build or install the tree again, the checks of scripts, the
 # CPU instruction-set repeats and the CPU-only ResNet conformance against
 # PyTorch (no GPU in them, minutes of CPU).
-GPU_CTEST_EXCLUDE='^(build_config|install_and_consume|gpu_suite_cpu|gpu_rehearsal|layers|layers_catches_back_edge|abi_exports|static_link_records|test_resnet_conformance)$|_(avx512|avx2|scalar)$|^fuzz_|^dist_mpi_'
+GPU_CTEST_EXCLUDE='^(build_config|install_and_consume|gpu_suite_cpu|gpu_rehearsal|layers|layers_catches_back_edge|abi_exports|static_link_records|test_resnet_conformance)$|_(avx512bf16|avx512|avx2|scalar)$|^fuzz_|^dist_mpi_'
 export GPU_CTEST_EXCLUDE
 ctest_cuda() {
   local rc=0 log="$B/ctest_cuda.log"
