@@ -12,8 +12,8 @@
  * scratch; deeper K accumulates slices in f32 (the caller's c, or scratch).
  *
  * Under the instruction set amxbf16 the same loops run 32 x 32 blocks on
- * AMX tiles (run_slice_amx; gemm_amx_x86.c): A packed in rows, B in the
- * same slivers, each slice's pairs rounded up to the tiles' 16. */
+ * AMX tiles (slice_kernel K_AMX; gemm_amx_x86.c): A packed in rows, B in
+ * the same slivers, each slice's pairs rounded up to the tiles' 16. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,36 +79,72 @@ static void thread_grid(int nt, int64_t mtiles, int64_t ntiles, int *tm_out, int
   *tn_out = best_tn;
 }
 
-/* Rows [m_lo, m_hi) x slivers [s_lo, s_hi) for the K slice at pc. */
-static void run_slice(const bgemm *g, int64_t pc, int64_t kc, int64_t m_lo, int64_t m_hi, int64_t s_lo, int64_t s_hi,
-                      uint32_t *bpack, uint32_t *apack) {
-  const int64_t kp = (kc + 1) / 2;
+/* The micro-kernel a call runs, and the blocking that goes with it. ukr
+ * computes the mr x NR block c (leading dim ldc) over kpp pairs, adding to c
+ * when acc; it is handed a C block in place (rows == mr, cols == NR) only
+ * when in_place, else the tile buffer with ldc = NR and acc false. */
+typedef struct slice_kernel {
+  int mr, mc, kgroup; /* rows per tile, rows per packed A block, pairs per k step */
+  bool in_place;
+  void (*pack_a)(bool at, const uint16_t *A, int64_t lda, int64_t K, int64_t k0, int64_t kc, int64_t i0, int64_t m,
+                 int64_t kpp, uint32_t *dst);
+  void (*ukr)(int64_t kpp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, bool acc);
+} slice_kernel;
+
+static void pack_a_12(bool at, const uint16_t *A, int64_t lda, int64_t K, int64_t k0, int64_t kc, int64_t i0, int64_t m,
+                      int64_t kpp, uint32_t *dst) {
+  (void)kpp; /* kgroup 1: kpp is ceil(kc / 2) */
+  loom_gemm_bf16_pack_a(at, A, lda, K, k0, kc, i0, m, dst);
+}
+
+static void ukr_amx(int64_t kpp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, bool acc) {
+  (void)ldc, (void)acc; /* never in place: the tile buffer, overwritten */
+  loom_gemm_amx_ukr_32x32(kpp, a, b, c);
+}
+
+static void ukr_amx_model(int64_t kpp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, bool acc) {
+  (void)ldc, (void)acc;
+  loom_gemm_amx_ukr_model(kpp, a, b, c);
+}
+
+static const slice_kernel K_DPBF16 = {MR, MC, 1, true, pack_a_12, loom_gemm_bf16_ukr_12x32};
+static const slice_kernel K_AMX = {AR, MC_AMX, 16, false, loom_gemm_amx_pack_a, ukr_amx};
+static const slice_kernel K_AMX_MODEL = {AR, MC_AMX, 16, false, loom_gemm_amx_pack_a, ukr_amx_model};
+
+/* Rows [m_lo, m_hi) x slivers [s_lo, s_hi) for the K slice at pc. Pairs
+ * per slice are rounded up to k->kgroup (AMX tiles take 16), the B slivers'
+ * extra groups zero. */
+static void run_slice(const bgemm *g, const slice_kernel *k, int64_t pc, int64_t kc, int64_t m_lo, int64_t m_hi,
+                      int64_t s_lo, int64_t s_hi, uint32_t *bpack, uint32_t *apack) {
+  const int64_t kp = (kc + 1) / 2, kpp = ceil_div(kp, k->kgroup) * k->kgroup;
   const bool first = pc == 0, last = pc + kc >= g->K;
-  for (int64_t s = s_lo; s < s_hi; s++)
-    loom_gemm_bf16_pack_b(g->tb, g->B, g->ldb, g->K, pc, kc, s * NR, min64(NR, g->N - s * NR),
-                          bpack + (s - s_lo) * kp * NR);
-  float tile[MR * NR] __attribute__((aligned(64)));
-  for (int64_t ic = m_lo; ic < m_hi; ic += MC) {
-    const int64_t mc = min64(MC, m_hi - ic);
-    for (int64_t ir = 0; ir < mc; ir += MR)
-      loom_gemm_bf16_pack_a(g->ta, g->A, g->lda, g->K, pc, kc, ic + ir, min64(MR, mc - ir), apack + (ir / MR) * kp * MR);
+  for (int64_t s = s_lo; s < s_hi; s++) {
+    uint32_t *b = bpack + (s - s_lo) * kpp * NR;
+    loom_gemm_bf16_pack_b(g->tb, g->B, g->ldb, g->K, pc, kc, s * NR, min64(NR, g->N - s * NR), b);
+    if (kpp > kp) memset(b + kp * NR, 0, (size_t)((kpp - kp) * NR) * sizeof(uint32_t));
+  }
+  float tile[AR * NR] __attribute__((aligned(64)));
+  for (int64_t ic = m_lo; ic < m_hi; ic += k->mc) {
+    const int64_t mc = min64(k->mc, m_hi - ic);
+    for (int64_t ir = 0; ir < mc; ir += k->mr)
+      k->pack_a(g->ta, g->A, g->lda, g->K, pc, kc, ic + ir, min64(k->mr, mc - ir), kpp, apack + (ir / k->mr) * kpp * k->mr);
     for (int64_t s = s_lo; s < s_hi; s++) {
       const int64_t j = s * NR, cols = min64(NR, g->N - j);
-      const uint32_t *b = bpack + (s - s_lo) * kp * NR;
-      for (int64_t ir = 0; ir < mc; ir += MR) {
-        const int64_t i = ic + ir, rows = min64(MR, mc - ir);
-        const uint32_t *a = apack + (ir / MR) * kp * MR;
+      const uint32_t *b = bpack + (s - s_lo) * kpp * NR;
+      for (int64_t ir = 0; ir < mc; ir += k->mr) {
+        const int64_t i = ic + ir, rows = min64(k->mr, mc - ir);
+        const uint32_t *a = apack + (ir / k->mr) * kpp * k->mr;
         if (!g->acc) {
           /* One slice: sums in the tile buffer, straight to the epilogue. */
-          loom_gemm_bf16_ukr_12x32(kp, a, b, tile, NR, false);
+          k->ukr(kpp, a, b, tile, NR, false);
           loom_gemm_bf16_epilogue(tile, NR, rows, cols, i, j, g->out);
           continue;
         }
         float *c = g->acc + i * g->ldacc + j;
-        if (rows == MR && cols == NR) {
-          loom_gemm_bf16_ukr_12x32(kp, a, b, c, g->ldacc, !first);
+        if (k->in_place && rows == k->mr && cols == NR) {
+          k->ukr(kpp, a, b, c, g->ldacc, !first);
         } else {
-          loom_gemm_bf16_ukr_12x32(kp, a, b, tile, NR, false);
+          k->ukr(kpp, a, b, tile, NR, false);
           for (int64_t r = 0; r < rows; r++)
             for (int64_t q = 0; q < cols; q++) c[r * g->ldacc + q] = (first ? 0.0f : c[r * g->ldacc + q]) + tile[r * NR + q];
         }
@@ -118,49 +154,12 @@ static void run_slice(const bgemm *g, int64_t pc, int64_t kc, int64_t m_lo, int6
   }
 }
 
-/* run_slice on AMX tiles: 32 x 32 blocks, A packed in rows
- * (gemm_amx_x86.c), kpp pairs per slice rounded up to the tiles' 16. */
-static void run_slice_amx(const bgemm *g, int64_t pc, int64_t kc, int64_t m_lo, int64_t m_hi, int64_t s_lo,
-                          int64_t s_hi, uint32_t *bpack, uint32_t *apack, bool model) {
-  const int64_t kp = (kc + 1) / 2, kpp = ceil_div(kp, 16) * 16;
-  const bool first = pc == 0, last = pc + kc >= g->K;
-  for (int64_t s = s_lo; s < s_hi; s++) {
-    uint32_t *b = bpack + (s - s_lo) * kpp * NR;
-    loom_gemm_bf16_pack_b(g->tb, g->B, g->ldb, g->K, pc, kc, s * NR, min64(NR, g->N - s * NR), b);
-    memset(b + kp * NR, 0, (size_t)((kpp - kp) * NR) * sizeof(uint32_t));
-  }
-  float tile[AR * NR] __attribute__((aligned(64)));
-  for (int64_t ic = m_lo; ic < m_hi; ic += MC_AMX) {
-    const int64_t mc = min64(MC_AMX, m_hi - ic);
-    for (int64_t ir = 0; ir < mc; ir += AR)
-      loom_gemm_amx_pack_a(g->ta, g->A, g->lda, g->K, pc, kc, ic + ir, min64(AR, mc - ir), kpp,
-                           apack + (ir / AR) * kpp * AR);
-    for (int64_t s = s_lo; s < s_hi; s++) {
-      const int64_t j = s * NR, cols = min64(NR, g->N - j);
-      const uint32_t *b = bpack + (s - s_lo) * kpp * NR;
-      for (int64_t ir = 0; ir < mc; ir += AR) {
-        const int64_t i = ic + ir, rows = min64(AR, mc - ir);
-        const uint32_t *a = apack + (ir / AR) * kpp * AR;
-        if (model) loom_gemm_amx_ukr_model(kpp, a, b, tile);
-        else loom_gemm_amx_ukr_32x32(kpp, a, b, tile);
-        if (!g->acc) {
-          loom_gemm_bf16_epilogue(tile, NR, rows, cols, i, j, g->out);
-          continue;
-        }
-        float *c = g->acc + i * g->ldacc + j;
-        for (int64_t r = 0; r < rows; r++)
-          for (int64_t q = 0; q < cols; q++) c[r * g->ldacc + q] = (first ? 0.0f : c[r * g->ldacc + q]) + tile[r * NR + q];
-        if (last) loom_gemm_bf16_epilogue(c, g->ldacc, rows, cols, i, j, g->out);
-      }
-    }
-  }
-}
-
-/* Whether this call runs on AMX tiles: the instruction set amxbf16 (whose
- * check asked Linux for the tile state), or the tests' model. */
-static bool use_amx(bool *model) {
-  *model = atomic_load(&g_amx_model);
-  return *model || loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AMXBF16;
+/* The kernel of this call: AMX tiles under the instruction set amxbf16
+ * (whose check asked Linux for the tile state) or the tests' model of
+ * them, else vdpbf16ps. */
+static const slice_kernel *kernel_now(void) {
+  if (atomic_load(&g_amx_model)) return &K_AMX_MODEL;
+  return loom_cpu_isa_level_now() >= LOOM_CPU_ISA_AMXBF16 ? &K_AMX : &K_DPBF16;
 }
 #endif
 
@@ -171,12 +170,12 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
     return loom_set_error(LOOM_ERR_INVALID_ARG, "gemm_bf16: empty shape %lldx%lldx%lld or no output", (long long)M,
                           (long long)N, (long long)K);
   const int64_t kc_set = atomic_load(&g_kc);
-  bool model = false;
-  const bool amx = use_amx(&model);
+  const slice_kernel *kern = kernel_now();
   bgemm g = {ta, tb, M, N, K, lda, ldb, kc_set ? kc_set : KC_DEFAULT, A, B, NULL, 0, out};
-  if (amx) g.kc = ceil_div(g.kc, 32) * 32; /* whole tiles of k in every slice but the last */
-  const int mr = amx ? AR : MR, mcb = amx ? MC_AMX : MC;
-  const int64_t kc_max = min64(g.kc, K), kp_max = amx ? ceil_div(kc_max, 32) * 16 : (kc_max + 1) / 2;
+  /* Whole k steps of the kernel in every slice but the last. */
+  g.kc = ceil_div(g.kc, 2 * kern->kgroup) * 2 * kern->kgroup;
+  const int mr = kern->mr;
+  const int64_t kc_max = min64(g.kc, K), kp_max = ceil_div((kc_max + 1) / 2, kern->kgroup) * kern->kgroup;
   const int64_t mtiles = ceil_div(M, mr), ntiles = ceil_div(N, NR);
 
   int nt = 1;
@@ -193,7 +192,7 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
 
   /* Per thread: its B slivers for one slice, one packed A block. */
   const int64_t bwords = ceil_div(ceil_div(ntiles, tn) * kp_max * NR, 16) * 16;
-  const int64_t awords = ceil_div(ceil_div(mcb, mr) * kp_max * mr, 16) * 16;
+  const int64_t awords = ceil_div(ceil_div(kern->mc, mr) * kp_max * mr, 16) * 16;
   float *scratch = NULL;
   if (K > g.kc) {
     g.acc = out->c;
@@ -229,13 +228,11 @@ loom_status loom_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K
     /* bpack holds cap slivers: all of this thread's unless the team came
        out smaller than asked for. */
     const int64_t cap = ceil_div(ntiles, tn);
-    const bool tiles = amx && !model && m_lo < m_hi;
+    const bool tiles = kern == &K_AMX && m_lo < m_hi;
     if (tiles) loom_amx_tiles_begin(); /* the tile configuration is per thread */
     for (int64_t s0 = s_lo; m_lo < m_hi && s0 < s_hi; s0 += cap)
-      for (int64_t pc = 0; pc < K; pc += g.kc) {
-        if (amx) run_slice_amx(&g, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack, model);
-        else run_slice(&g, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack);
-      }
+      for (int64_t pc = 0; pc < K; pc += g.kc)
+        run_slice(&g, kern, pc, min64(g.kc, K - pc), m_lo, m_hi, s0, min64(s_hi, s0 + cap), bpack, apack);
     if (tiles) loom_amx_tiles_end();
   }
   loom_sys_free(buf);
